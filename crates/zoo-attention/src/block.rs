@@ -1,0 +1,598 @@
+//! The shared blocks: feed-forward variants, the norm choice, and the encoder and decoder
+//! blocks in post-norm (the original paper, BERT) and pre-norm (GPT, ViT, Llama) form.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{
+    Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig, RmsNorm,
+    RmsNormConfig,
+};
+use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
+use burn::tensor::{Device, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::cache::KvCache;
+use crate::error::{AttentionError, Result};
+use crate::mask::Mask;
+use crate::mha::{AttentionInput, MultiHeadAttention, MultiHeadAttentionConfig};
+
+/// The feed-forward non-linearity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FfnActivation {
+    /// `max(0, x)`, the original Transformer.
+    Relu,
+    /// Exact GELU (BERT, ViT).
+    Gelu,
+    /// GELU with the tanh approximation (GPT-2's `gelu_new`).
+    GeluTanh,
+    /// `down(silu(gate(x)) * up(x))` (Shazeer, 2020; Llama).
+    SwiGlu,
+}
+
+/// Configuration of [`FeedForward`].
+#[derive(Config, Debug)]
+pub struct FeedForwardConfig {
+    /// Model width.
+    pub d_model: usize,
+    /// Hidden width (4 × d_model in GPT-2 and BERT).
+    pub d_ff: usize,
+    /// Non-linearity. Default: GELU.
+    #[config(default = "FfnActivation::Gelu")]
+    pub activation: FfnActivation,
+    /// Biases on the projections. Default: true; Llama has none.
+    #[config(default = true)]
+    pub bias: bool,
+    /// Dropout after the down projection. Default: 0.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Initial weights. Default: N(0, 0.02).
+    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
+    pub initializer: Initializer,
+}
+
+/// Position-wise feed-forward network; names follow HF Llama (`gate_proj`, `up_proj`,
+/// `down_proj`). GPT-2's `c_fc` is `up_proj` and its `c_proj` is `down_proj`.
+#[derive(Module, Debug)]
+pub struct FeedForward {
+    /// Gate projection (SwiGLU only).
+    pub gate_proj: Option<Linear>,
+    /// Up projection `[d_model, d_ff]`.
+    pub up_proj: Linear,
+    /// Down projection `[d_ff, d_model]`.
+    pub down_proj: Linear,
+    /// Output dropout.
+    pub dropout: Dropout,
+    #[module(skip)]
+    activation: FfnActivation,
+}
+
+impl FeedForwardConfig {
+    /// Builds the network.
+    ///
+    /// # Errors
+    /// Zero widths or a dropout outside `[0, 1)`.
+    pub fn init(&self, device: &Device) -> Result<FeedForward> {
+        if self.d_model == 0 {
+            return Err(AttentionError::Zero { name: "d_model" });
+        }
+        if self.d_ff == 0 {
+            return Err(AttentionError::Zero { name: "d_ff" });
+        }
+        check_prob("ffn dropout", self.dropout)?;
+        let linear = |a, b| {
+            LinearConfig::new(a, b)
+                .with_bias(self.bias)
+                .with_initializer(self.initializer.clone())
+                .init(device)
+        };
+        Ok(FeedForward {
+            gate_proj: (self.activation == FfnActivation::SwiGlu)
+                .then(|| linear(self.d_model, self.d_ff)),
+            up_proj: linear(self.d_model, self.d_ff),
+            down_proj: linear(self.d_ff, self.d_model),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            activation: self.activation,
+        })
+    }
+}
+
+impl FeedForward {
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> `[B, T, d_model]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let h = match (self.activation, &self.gate_proj) {
+            (FfnActivation::SwiGlu, Some(gate)) => {
+                silu(gate.forward(x.clone())) * self.up_proj.forward(x)
+            }
+            (FfnActivation::Relu, _) => relu(self.up_proj.forward(x)),
+            (FfnActivation::GeluTanh, _) => gelu_approximate(self.up_proj.forward(x)),
+            _ => gelu(self.up_proj.forward(x)),
+        };
+        self.dropout.forward(self.down_proj.forward(h))
+    }
+}
+
+fn check_prob(name: &'static str, value: f64) -> Result<()> {
+    if (0.0..1.0).contains(&value) {
+        Ok(())
+    } else {
+        Err(AttentionError::BadProbability { name, value })
+    }
+}
+
+/// Which normalisation a block uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NormKind {
+    /// LayerNorm with a bias (GPT-2, BERT, ViT).
+    LayerNorm,
+    /// RMSNorm (Zhang & Sennrich, 2019; Llama, T5).
+    RmsNorm,
+}
+
+/// A LayerNorm or an RMSNorm, chosen by [`NormKind`].
+#[derive(Module, Debug)]
+pub enum Norm {
+    /// LayerNorm (`gamma`, `beta`).
+    LayerNorm(LayerNorm),
+    /// RMSNorm (`gamma`).
+    RmsNorm(RmsNorm),
+}
+
+impl Norm {
+    /// Builds a norm of width `d_model`.
+    pub fn new(kind: NormKind, d_model: usize, epsilon: f64, device: &Device) -> Self {
+        match kind {
+            NormKind::LayerNorm => Self::LayerNorm(
+                LayerNormConfig::new(d_model)
+                    .with_epsilon(epsilon)
+                    .init(device),
+            ),
+            NormKind::RmsNorm => Self::RmsNorm(
+                RmsNormConfig::new(d_model)
+                    .with_epsilon(epsilon)
+                    .init(device),
+            ),
+        }
+    }
+
+    /// # Shapes
+    /// - `x`: `[..., d_model]` -> same
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Self::LayerNorm(n) => n.forward(x),
+            Self::RmsNorm(n) => n.forward(x),
+        }
+    }
+}
+
+/// Where the norm sits around each sub-layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NormPlacement {
+    /// `x = norm(x + f(x))`: the original paper and BERT.
+    Post,
+    /// `x = x + f(norm(x))`: GPT-2, ViT, Llama. Stacks add a final norm.
+    Pre,
+}
+
+/// Configuration of [`TransformerBlock`]: one encoder or decoder layer.
+#[derive(Config, Debug)]
+pub struct TransformerBlockConfig {
+    /// Self-attention (set `window`, RoPE, GQA there).
+    pub attention: MultiHeadAttentionConfig,
+    /// Feed-forward network.
+    pub ffn: FeedForwardConfig,
+    /// Cross-attention to an encoder's output (decoder blocks of encoder-decoder models).
+    /// Default: none.
+    #[config(default = "None")]
+    pub cross_attention: Option<MultiHeadAttentionConfig>,
+    /// Norm kind. Default: LayerNorm.
+    #[config(default = "NormKind::LayerNorm")]
+    pub norm: NormKind,
+    /// Norm epsilon. Default: 1e-5 (GPT-2; BERT uses 1e-12, Llama 1e-6).
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    /// Norm placement. Default: pre-norm.
+    #[config(default = "NormPlacement::Pre")]
+    pub placement: NormPlacement,
+    /// Dropout on each sub-layer's output before the residual add. Default: 0.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+}
+
+/// One transformer layer: self-attention, optional cross-attention, feed-forward, each
+/// with a residual connection and a norm. Encoder blocks call it with a padding mask,
+/// decoder blocks with a causal one.
+///
+/// Names: `self_attn`, `cross_attn`, `mlp`, and `norm_1` (before/after self-attention),
+/// `norm_cross`, `norm_2` (around the MLP), mapping to GPT-2's `ln_1`/`ln_2` and Llama's
+/// `input_layernorm`/`post_attention_layernorm`.
+#[derive(Module, Debug)]
+pub struct TransformerBlock {
+    /// Self-attention.
+    pub self_attn: MultiHeadAttention,
+    /// Norm around self-attention.
+    pub norm_1: Norm,
+    /// Cross-attention, in decoder blocks of encoder-decoder models.
+    pub cross_attn: Option<MultiHeadAttention>,
+    /// Norm around cross-attention.
+    pub norm_cross: Option<Norm>,
+    /// Feed-forward network.
+    pub mlp: FeedForward,
+    /// Norm around the feed-forward network.
+    pub norm_2: Norm,
+    /// Residual dropout.
+    pub dropout: Dropout,
+    #[module(skip)]
+    placement: NormPlacement,
+}
+
+impl TransformerBlockConfig {
+    /// Validates and builds the block.
+    ///
+    /// # Errors
+    /// Any sub-layer's configuration error, or widths that disagree.
+    pub fn init(&self, device: &Device) -> Result<TransformerBlock> {
+        let d = self.attention.d_model;
+        if self.ffn.d_model != d {
+            return Err(AttentionError::Unsupported(format!(
+                "ffn d_model {} differs from attention d_model {d}",
+                self.ffn.d_model
+            )));
+        }
+        check_prob("block dropout", self.dropout)?;
+        let cross_attn = match &self.cross_attention {
+            Some(c) if c.d_model != d => {
+                return Err(AttentionError::Unsupported(format!(
+                    "cross-attention d_model {} differs from attention d_model {d}",
+                    c.d_model
+                )));
+            }
+            Some(c) => Some(c.init(device)?),
+            None => None,
+        };
+        Ok(TransformerBlock {
+            self_attn: self.attention.init(device)?,
+            norm_1: Norm::new(self.norm, d, self.norm_eps, device),
+            norm_cross: cross_attn
+                .as_ref()
+                .map(|_| Norm::new(self.norm, d, self.norm_eps, device)),
+            cross_attn,
+            mlp: self.ffn.init(device)?,
+            norm_2: Norm::new(self.norm, d, self.norm_eps, device),
+            dropout: DropoutConfig::new(self.dropout).init(),
+            placement: self.placement,
+        })
+    }
+}
+
+/// The input of a [`TransformerBlock`].
+#[derive(Debug, Clone)]
+pub struct BlockInput {
+    x: Tensor<3>,
+    mask: Mask,
+    memory: Option<Tensor<3>>,
+    memory_mask: Mask,
+    need_weights: bool,
+    position: usize,
+    positions: Option<Tensor<2, Int>>,
+}
+
+impl BlockInput {
+    /// The block's input, `[B, T, d_model]`, with no mask.
+    pub fn new(x: Tensor<3>) -> Self {
+        Self {
+            x,
+            mask: Mask::none(),
+            memory: None,
+            memory_mask: Mask::none(),
+            need_weights: false,
+            position: 0,
+            positions: None,
+        }
+    }
+
+    /// The self-attention mask (causal, padding, ...).
+    pub fn mask(mut self, mask: Mask) -> Self {
+        self.mask = mask;
+        self
+    }
+
+    /// The encoder output for cross-attention, `[B, Tm, d_model]`, and its mask.
+    pub fn memory(mut self, memory: Tensor<3>, mask: Mask) -> Self {
+        self.memory = Some(memory);
+        self.memory_mask = mask;
+        self
+    }
+
+    /// Returns the attention weights.
+    pub fn with_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+
+    /// Absolute position of the first token (RoPE without a cache).
+    pub fn at_position(mut self, position: usize) -> Self {
+        self.position = position;
+        self
+    }
+
+    /// A RoPE position per row and token, `[B, T]` (left-padded batches).
+    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
+        self.positions = Some(positions);
+        self
+    }
+}
+
+/// The output of a [`TransformerBlock`].
+#[derive(Debug, Clone)]
+pub struct BlockOutput {
+    /// `[B, T, d_model]`
+    pub hidden: Tensor<3>,
+    /// Self-attention weights `[B, H, T, Tk]`, when asked for.
+    pub self_weights: Option<Tensor<4>>,
+    /// Cross-attention weights `[B, H, T, Tm]`, when asked for and present.
+    pub cross_weights: Option<Tensor<4>>,
+}
+
+impl TransformerBlock {
+    /// Runs the block over a whole sequence.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]`, memory `[B, Tm, d_model]` -> hidden `[B, T, d_model]`
+    ///
+    /// # Errors
+    /// Input shapes the attention layers reject, or memory given to a block without
+    /// cross-attention.
+    pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
+        self.run(input, None)
+    }
+
+    /// Runs the block over new positions, extending the self-attention `cache`.
+    ///
+    /// # Errors
+    /// As [`Self::forward`], and a full cache.
+    pub fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
+        self.run(input, Some(cache))
+    }
+
+    fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
+        let BlockInput {
+            x,
+            mask,
+            memory,
+            memory_mask,
+            need_weights,
+            position,
+            positions,
+        } = input;
+        let pre = self.placement == NormPlacement::Pre;
+        let self_attn = |h: Tensor<3>| -> Result<_> {
+            let mut inp = AttentionInput::self_attn(h)
+                .mask(mask.clone())
+                .at_position(position);
+            if let Some(p) = positions {
+                inp = inp.with_positions(p);
+            }
+            if need_weights {
+                inp = inp.with_weights();
+            }
+            Ok(match cache {
+                Some(c) => self.self_attn.forward_cached(inp, c)?,
+                None => self.self_attn.forward(inp)?,
+            })
+        };
+        // Self-attention sub-layer.
+        let (mut x, self_weights) = if pre {
+            let out = self_attn(self.norm_1.forward(x.clone()))?;
+            (x + self.dropout.forward(out.context), out.weights)
+        } else {
+            let out = self_attn(x.clone())?;
+            (
+                self.norm_1.forward(x + self.dropout.forward(out.context)),
+                out.weights,
+            )
+        };
+        // Cross-attention sub-layer.
+        let mut cross_weights = None;
+        match (&self.cross_attn, &self.norm_cross, memory) {
+            (Some(attn), Some(norm), Some(mem)) => {
+                let h = if pre {
+                    norm.forward(x.clone())
+                } else {
+                    x.clone()
+                };
+                let mut inp = AttentionInput::cross_attn(h, mem).mask(memory_mask);
+                if need_weights {
+                    inp = inp.with_weights();
+                }
+                let out = attn.forward(inp)?;
+                cross_weights = out.weights;
+                x = if pre {
+                    x + self.dropout.forward(out.context)
+                } else {
+                    norm.forward(x + self.dropout.forward(out.context))
+                };
+            }
+            (Some(_), _, None) => {
+                return Err(AttentionError::Unsupported(
+                    "this block has cross-attention and needs the encoder memory".into(),
+                ));
+            }
+            (None, _, Some(_)) => {
+                return Err(AttentionError::Unsupported(
+                    "memory given to a block without cross-attention".into(),
+                ));
+            }
+            _ => {}
+        }
+        // Feed-forward sub-layer.
+        let hidden = if pre {
+            x.clone()
+                + self
+                    .dropout
+                    .forward(self.mlp.forward(self.norm_2.forward(x)))
+        } else {
+            self.norm_2
+                .forward(x.clone() + self.dropout.forward(self.mlp.forward(x)))
+        };
+        Ok(BlockOutput {
+            hidden,
+            self_weights,
+            cross_weights,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Distribution;
+    use zoo_device::test_device;
+    use zoo_device::testing::max_abs_diff;
+
+    fn x(b: usize, t: usize, d: usize) -> Tensor<3> {
+        Tensor::random([b, t, d], Distribution::Normal(0.0, 1.0), &test_device())
+    }
+
+    #[test]
+    fn ffn_activations_match_their_formulas() {
+        let dev = test_device();
+        let input = x(1, 2, 4);
+        for act in [
+            FfnActivation::Relu,
+            FfnActivation::Gelu,
+            FfnActivation::GeluTanh,
+            FfnActivation::SwiGlu,
+        ] {
+            let ffn = FeedForwardConfig::new(4, 8)
+                .with_activation(act)
+                .init(&dev)
+                .unwrap();
+            let up = ffn.up_proj.forward(input.clone());
+            let h = match act {
+                FfnActivation::Relu => up.clone().clamp_min(0.0),
+                FfnActivation::Gelu => {
+                    // x Φ(x) with Φ from erf
+                    up.clone() * ((up.clone() / std::f64::consts::SQRT_2).erf() + 1.0) * 0.5
+                }
+                FfnActivation::GeluTanh => {
+                    let inner = (up.clone() + up.clone().powi_scalar(3) * 0.044715)
+                        * (2.0 / std::f64::consts::PI).sqrt();
+                    up.clone() * (inner.tanh() + 1.0) * 0.5
+                }
+                FfnActivation::SwiGlu => {
+                    let g = ffn.gate_proj.as_ref().unwrap().forward(input.clone());
+                    g.clone() * burn::tensor::activation::sigmoid(g) * up.clone()
+                }
+            };
+            let expected = ffn.down_proj.forward(h);
+            assert!(
+                max_abs_diff(&ffn.forward(input.clone()), &expected) < 1e-5,
+                "{act:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rms_norm_normalises_to_unit_rms() {
+        let dev = test_device();
+        let n = Norm::new(NormKind::RmsNorm, 8, 1e-6, &dev);
+        let y = n.forward(x(2, 3, 8) * 5.0);
+        let rms = y
+            .powi_scalar(2)
+            .mean_dim(2)
+            .sqrt()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert!(rms.iter().all(|r| (r - 1.0).abs() < 1e-3), "{rms:?}");
+    }
+
+    fn block(placement: NormPlacement, cross: bool) -> TransformerBlock {
+        let attn = MultiHeadAttentionConfig::new(16, 4);
+        let mut cfg = TransformerBlockConfig::new(attn.clone(), FeedForwardConfig::new(16, 32))
+            .with_placement(placement);
+        if cross {
+            cfg = cfg.with_cross_attention(Some(attn));
+        }
+        cfg.init(&test_device()).unwrap()
+    }
+
+    #[test]
+    fn pre_and_post_norm_compute_their_formulas() {
+        let input = x(1, 4, 16);
+        for placement in [NormPlacement::Pre, NormPlacement::Post] {
+            let b = block(placement, false);
+            let got = b
+                .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
+                .unwrap()
+                .hidden;
+            let attn = |h: Tensor<3>| {
+                b.self_attn
+                    .forward(AttentionInput::self_attn(h).causal())
+                    .unwrap()
+                    .context
+            };
+            let expected = match placement {
+                NormPlacement::Pre => {
+                    let h = input.clone() + attn(b.norm_1.forward(input.clone()));
+                    h.clone() + b.mlp.forward(b.norm_2.forward(h))
+                }
+                NormPlacement::Post => {
+                    let h = b.norm_1.forward(input.clone() + attn(input.clone()));
+                    b.norm_2.forward(h.clone() + b.mlp.forward(h))
+                }
+            };
+            assert!(max_abs_diff(&got, &expected) < 1e-5, "{placement:?}");
+        }
+    }
+
+    #[test]
+    fn decoder_block_with_cross_attention_returns_weights() {
+        let b = block(NormPlacement::Post, true);
+        let out = b
+            .forward(
+                BlockInput::new(x(2, 3, 16))
+                    .mask(Mask::causal())
+                    .memory(x(2, 5, 16), Mask::none())
+                    .with_weights(),
+            )
+            .unwrap();
+        assert_eq!(out.self_weights.unwrap().dims(), [2, 4, 3, 3]);
+        assert_eq!(out.cross_weights.unwrap().dims(), [2, 4, 3, 5]);
+        assert!(
+            b.forward(BlockInput::new(x(2, 3, 16))).is_err(),
+            "memory is required"
+        );
+    }
+
+    #[test]
+    fn block_cache_equals_full_forward() {
+        let attn = MultiHeadAttentionConfig::new(16, 4)
+            .with_rope_max_len(Some(16))
+            .with_n_kv_heads(Some(2));
+        let b = TransformerBlockConfig::new(
+            attn,
+            FeedForwardConfig::new(16, 32).with_activation(FfnActivation::SwiGlu),
+        )
+        .with_norm(NormKind::RmsNorm)
+        .init(&test_device())
+        .unwrap();
+        let input = x(1, 6, 16);
+        let full = b
+            .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
+            .unwrap()
+            .hidden;
+        let mut cache = KvCache::new(16);
+        let mut outs = vec![];
+        for i in 0..6 {
+            let step = input.clone().slice([0..1, i..i + 1, 0..16]);
+            outs.push(
+                b.forward_cached(BlockInput::new(step), &mut cache)
+                    .unwrap()
+                    .hidden,
+            );
+        }
+        assert!(max_abs_diff(&full, &Tensor::cat(outs, 1)) < 1e-5);
+    }
+}

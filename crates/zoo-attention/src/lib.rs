@@ -1,0 +1,40 @@
+//! # zoo-attention
+//!
+//! The transformer core of the Burn Model Zoo. Every model family is built from these
+//! parts and none re-implements them:
+//!
+//! - [`sdpa`]: scaled dot-product attention as a readable reference path, Burn's fused op,
+//!   a memory-efficient blocked path with online softmax, sliding-window attention with
+//!   global tokens, and linear attention;
+//! - [`mha`]: multi-head attention for self- and cross-attention with MHA, GQA and MQA,
+//!   separate or fused QKV, RoPE, sliding windows and a KV cache;
+//! - [`mask`]: causal, padding, boolean and additive masks;
+//! - [`position`]: sinusoidal, learned, rotary (half-split and interleaved), ALiBi and T5
+//!   relative position bias;
+//! - [`cache`]: the per-layer KV cache, bounded or sliding;
+//! - [`block`]: feed-forward variants, LayerNorm / RMSNorm, and the pre- or post-norm
+//!   transformer block used as encoder and decoder layer.
+//!
+//! Everything is written once against Burn's tensor API and runs on any backend compiled
+//! into the build.
+#![warn(missing_docs)]
+
+pub mod block;
+pub mod cache;
+mod error;
+pub mod mask;
+pub mod mha;
+pub mod position;
+pub mod sdpa;
+
+pub use block::{
+    BlockInput, BlockOutput, FeedForward, FeedForwardConfig, FfnActivation, Norm, NormKind,
+    NormPlacement, TransformerBlock, TransformerBlockConfig,
+};
+pub use cache::KvCache;
+pub use error::{AttentionError, Result};
+pub use mask::Mask;
+pub use mha::{
+    AttentionInput, AttentionKernel, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig,
+};
+pub use position::RopeLayout;

@@ -1,0 +1,659 @@
+//! Positional encodings: sinusoidal, learned absolute, rotary (RoPE), ALiBi and the T5
+//! relative position bias.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Initializer};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{AttentionError, Result};
+
+/// The sinusoidal table of Vaswani et al. (2017), section 3.5:
+/// `PE[pos, 2i] = sin(pos / 10000^(2i/d))`, `PE[pos, 2i+1] = cos(pos / 10000^(2i/d))`.
+///
+/// Returned as a `[max_len, d_model]` tensor, ready to add to embeddings or to plot.
+///
+/// # Errors
+/// When `max_len` or `d_model` is zero.
+pub fn sinusoidal_table(max_len: usize, d_model: usize, device: &Device) -> Result<Tensor<2>> {
+    if max_len == 0 {
+        return Err(AttentionError::Zero { name: "max_len" });
+    }
+    if d_model == 0 {
+        return Err(AttentionError::Zero { name: "d_model" });
+    }
+    let mut values = vec![0f32; max_len * d_model];
+    for pos in 0..max_len {
+        for c in 0..d_model {
+            let i2 = (c / 2 * 2) as f64;
+            let angle = pos as f64 / 10000f64.powf(i2 / d_model as f64);
+            values[pos * d_model + c] = if c % 2 == 0 { angle.sin() } else { angle.cos() } as f32;
+        }
+    }
+    Ok(Tensor::from_data(
+        TensorData::new(values, [max_len, d_model]),
+        device,
+    ))
+}
+
+/// Fixed sinusoidal position encoding added to `[B, T, d_model]` inputs.
+#[derive(Config, Debug)]
+pub struct SinusoidalEncodingConfig {
+    /// Longest sequence the table covers.
+    pub max_len: usize,
+    /// Model width.
+    pub d_model: usize,
+}
+
+/// Fixed sinusoidal positions; see [`sinusoidal_table`].
+#[derive(Module, Debug)]
+pub struct SinusoidalEncoding {
+    /// `[max_len, d_model]`, not trained.
+    pub table: Tensor<2>,
+}
+
+impl SinusoidalEncodingConfig {
+    /// Builds the table.
+    ///
+    /// # Errors
+    /// When a size is zero.
+    pub fn init(&self, device: &Device) -> Result<SinusoidalEncoding> {
+        Ok(SinusoidalEncoding {
+            table: sinusoidal_table(self.max_len, self.d_model, device)?,
+        })
+    }
+}
+
+impl SinusoidalEncoding {
+    /// Adds the encodings of positions `offset..offset + T` to `x`.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> `[B, T, d_model]`
+    ///
+    /// # Errors
+    /// When `offset + T` passes `max_len`.
+    pub fn forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>> {
+        let [_, t, d] = x.dims();
+        let [max_len, _] = self.table.dims();
+        if offset + t > max_len {
+            return Err(AttentionError::TooLong {
+                what: "sinusoidal encoding",
+                position: offset + t - 1,
+                max_len,
+            });
+        }
+        let pe = self.table.clone().slice([offset..offset + t, 0..d]); // [T, D]
+        Ok(x + pe.unsqueeze::<3>())
+    }
+}
+
+/// Learned absolute position embeddings (BERT, GPT-2).
+#[derive(Config, Debug)]
+pub struct LearnedPositionConfig {
+    /// Longest sequence.
+    pub max_len: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Initial weights. Default: N(0, 0.02), as GPT-2 and BERT.
+    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
+    pub initializer: Initializer,
+}
+
+/// A learned `[max_len, d_model]` table.
+#[derive(Module, Debug)]
+pub struct LearnedPosition {
+    /// The table; named like HF's `wpe` / `position_embeddings`.
+    pub embedding: Embedding,
+}
+
+impl LearnedPositionConfig {
+    /// Builds the table.
+    pub fn init(&self, device: &Device) -> LearnedPosition {
+        LearnedPosition {
+            embedding: EmbeddingConfig::new(self.max_len, self.d_model)
+                .with_initializer(self.initializer.clone())
+                .init(device),
+        }
+    }
+}
+
+impl LearnedPosition {
+    /// The embeddings of positions `offset..offset + t`, `[1, t, d_model]`.
+    ///
+    /// # Errors
+    /// When `offset + t` passes `max_len`.
+    pub fn forward(&self, t: usize, offset: usize, device: &Device) -> Result<Tensor<3>> {
+        let [max_len, _] = self.embedding.weight.dims();
+        if offset + t > max_len {
+            return Err(AttentionError::TooLong {
+                what: "learned position embedding",
+                position: offset + t - 1,
+                max_len,
+            });
+        }
+        let pos =
+            Tensor::<1, Int>::arange(offset as i64..(offset + t) as i64, device).reshape([1, t]);
+        Ok(self.embedding.forward(pos))
+    }
+}
+
+/// How RoPE pairs the features of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RopeLayout {
+    /// Feature `i` pairs with `i + D/2` (HF Llama's `rotate_half`).
+    HalfSplit,
+    /// Feature `2i` pairs with `2i + 1` (the RoFormer paper, Meta's original Llama code).
+    Interleaved,
+}
+
+/// Rotary position embedding (Su et al., 2021, "RoFormer").
+#[derive(Config, Debug)]
+pub struct RotaryEncodingConfig {
+    /// Size of one head; must be even.
+    pub head_dim: usize,
+    /// Longest sequence (cache included).
+    pub max_len: usize,
+    /// Base of the frequencies. Default: 10000, as the paper and Llama 2.
+    #[config(default = 10000.0)]
+    pub theta: f64,
+    /// Pairing of features. Default: half-split, as HF Llama checkpoints.
+    #[config(default = "RopeLayout::HalfSplit")]
+    pub layout: RopeLayout,
+}
+
+/// Precomputed cosines and sines of the rotation angles.
+#[derive(Module, Debug)]
+pub struct RotaryEncoding {
+    /// `[max_len, head_dim / 2]`
+    cos: Tensor<2>,
+    /// `[max_len, head_dim / 2]`
+    sin: Tensor<2>,
+    interleaved: bool,
+}
+
+impl RotaryEncodingConfig {
+    /// Precomputes the tables: angle `pos · theta^(-2i/D)` for pair `i`.
+    ///
+    /// # Errors
+    /// An odd or zero head dimension, or a zero `max_len`.
+    pub fn init(&self, device: &Device) -> Result<RotaryEncoding> {
+        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+            return Err(AttentionError::OddRopeDim {
+                head_dim: self.head_dim,
+            });
+        }
+        if self.max_len == 0 {
+            return Err(AttentionError::Zero { name: "max_len" });
+        }
+        let half = self.head_dim / 2;
+        let mut cos = Vec::with_capacity(self.max_len * half);
+        let mut sin = Vec::with_capacity(self.max_len * half);
+        for pos in 0..self.max_len {
+            for i in 0..half {
+                let freq = self.theta.powf(-((2 * i) as f64) / self.head_dim as f64);
+                let angle = pos as f64 * freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok(RotaryEncoding {
+            cos: Tensor::from_data(TensorData::new(cos, [self.max_len, half]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [self.max_len, half]), device),
+            interleaved: self.layout == RopeLayout::Interleaved,
+        })
+    }
+}
+
+impl RotaryEncoding {
+    /// The longest sequence the tables cover.
+    pub fn max_len(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// Rotates `x` as if its first position were `offset` (for cached decoding).
+    ///
+    /// # Shapes
+    /// - `x`: `[B, H, T, D]` -> `[B, H, T, D]`
+    ///
+    /// # Errors
+    /// When `offset + T` passes `max_len`.
+    pub fn forward(&self, x: Tensor<4>, offset: usize) -> Result<Tensor<4>> {
+        let [_, _, t, d] = x.dims();
+        let max_len = self.max_len();
+        if offset + t > max_len {
+            return Err(AttentionError::TooLong {
+                what: "rotary encoding",
+                position: offset + t - 1,
+                max_len,
+            });
+        }
+        let half = d / 2;
+        // [T, D/2] -> [1, 1, T, D/2]
+        let cos = self
+            .cos
+            .clone()
+            .slice([offset..offset + t, 0..half])
+            .reshape([1, 1, t, half]);
+        let sin = self
+            .sin
+            .clone()
+            .slice([offset..offset + t, 0..half])
+            .reshape([1, 1, t, half]);
+        Ok(self.rotate(x, cos, sin))
+    }
+
+    /// Rotates `x` with a position per batch row and token (left-padded batches, where
+    /// each row's first real token is position 0).
+    ///
+    /// # Shapes
+    /// - `x`: `[B, H, T, D]`, `positions`: `[B, T]` -> `[B, H, T, D]`
+    ///
+    /// # Errors
+    /// A position past `max_len`, or a positions tensor of the wrong shape.
+    pub fn forward_at(&self, x: Tensor<4>, positions: Tensor<2, Int>) -> Result<Tensor<4>> {
+        let [b, _, t, d] = x.dims();
+        crate::error::check_shape("rope positions", &positions.dims(), &[Some(b), Some(t)])?;
+        let max_len = self.max_len();
+        let top = positions.clone().max().into_scalar::<i64>();
+        if top < 0 || top as usize >= max_len {
+            return Err(AttentionError::TooLong {
+                what: "rotary encoding",
+                position: top.max(0) as usize,
+                max_len,
+            });
+        }
+        let half = d / 2;
+        let flat = positions.reshape([b * t]);
+        // [B T, D/2] -> [B, 1, T, D/2]
+        let cos = self
+            .cos
+            .clone()
+            .select(0, flat.clone())
+            .reshape([b, 1, t, half]);
+        let sin = self.sin.clone().select(0, flat).reshape([b, 1, t, half]);
+        Ok(self.rotate(x, cos, sin))
+    }
+
+    fn rotate(&self, x: Tensor<4>, cos: Tensor<4>, sin: Tensor<4>) -> Tensor<4> {
+        let [b, h, t, d] = x.dims();
+        let half = d / 2;
+        if self.interleaved {
+            // [B, H, T, D] -> [B, H, T, D/2, 2]: pairs (2i, 2i+1)
+            let pairs = x.reshape([b, h, t, half, 2]);
+            let x1 = pairs
+                .clone()
+                .slice([0..b, 0..h, 0..t, 0..half, 0..1])
+                .reshape([b, h, t, half]);
+            let x2 = pairs
+                .slice([0..b, 0..h, 0..t, 0..half, 1..2])
+                .reshape([b, h, t, half]);
+            let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+            let r2 = x2 * cos + x1 * sin;
+            // [B, H, T, D/2] x2 -> [B, H, T, D/2, 2] -> [B, H, T, D]
+            Tensor::stack::<5>(vec![r1, r2], 4).reshape([b, h, t, d])
+        } else {
+            let x1 = x.clone().slice([0..b, 0..h, 0..t, 0..half]);
+            let x2 = x.slice([0..b, 0..h, 0..t, half..d]);
+            let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+            let r2 = x2 * cos + x1 * sin;
+            Tensor::cat(vec![r1, r2], 3)
+        }
+    }
+}
+
+/// The ALiBi head slopes of Press et al. (2022): for `n` a power of two, the geometric
+/// sequence starting at `2^(-8/n)` with that ratio; otherwise the slopes of the nearest
+/// lower power of two, followed by every other slope of the next power of two.
+pub fn alibi_slopes(n_heads: usize) -> Vec<f64> {
+    fn pow2(n: usize) -> Vec<f64> {
+        let start = 2f64.powf(-8.0 / n as f64);
+        (1..=n).map(|i| start.powi(i as i32)).collect()
+    }
+    if n_heads == 0 {
+        return Vec::new();
+    }
+    if n_heads.is_power_of_two() {
+        return pow2(n_heads);
+    }
+    let lower = 1 << (usize::BITS - 1 - n_heads.leading_zeros());
+    let mut slopes = pow2(lower);
+    slopes.extend(pow2(2 * lower).into_iter().step_by(2).take(n_heads - lower));
+    slopes
+}
+
+/// The ALiBi bias `[1, H, Tq, Tk]`: `-slope_h · |i - j|` between query `i` (at absolute
+/// position `offset + i`) and key `j`. Add it through [`crate::Mask::with_bias`]; with a
+/// causal mask only the `j <= i` half is used.
+pub fn alibi_bias(
+    n_heads: usize,
+    tq: usize,
+    tk: usize,
+    offset: usize,
+    device: &Device,
+) -> Tensor<4> {
+    let slopes = alibi_slopes(n_heads);
+    let mut values = Vec::with_capacity(n_heads * tq * tk);
+    for s in &slopes {
+        for i in 0..tq {
+            for j in 0..tk {
+                values.push((-s * (offset + i).abs_diff(j) as f64) as f32);
+            }
+        }
+    }
+    Tensor::from_data(TensorData::new(values, [1, n_heads, tq, tk]), device)
+}
+
+/// The bucket of a relative position `key - query` in T5's scheme (Raffel et al., 2020):
+/// half the buckets hold exact small distances, the rest grow logarithmically up to
+/// `max_distance`; bidirectional buckets split the range between the two signs.
+pub fn relative_position_bucket(
+    relative_position: i64,
+    bidirectional: bool,
+    num_buckets: usize,
+    max_distance: usize,
+) -> usize {
+    let mut num_buckets = num_buckets as i64;
+    let mut bucket = 0i64;
+    let n = if bidirectional {
+        num_buckets /= 2;
+        if relative_position > 0 {
+            bucket += num_buckets;
+        }
+        relative_position.abs()
+    } else {
+        (-relative_position).max(0)
+    };
+    let max_exact = num_buckets / 2;
+    if n < max_exact {
+        bucket += n;
+    } else {
+        let large = max_exact
+            + ((n as f64 / max_exact as f64).ln() / (max_distance as f64 / max_exact as f64).ln()
+                * (num_buckets - max_exact) as f64) as i64;
+        bucket += large.min(num_buckets - 1);
+    }
+    bucket as usize
+}
+
+/// T5's learned relative position bias: one scalar per head and bucket.
+#[derive(Config, Debug)]
+pub struct RelativePositionBiasConfig {
+    /// Number of heads.
+    pub n_heads: usize,
+    /// Buckets. Default: 32, as T5.
+    #[config(default = 32)]
+    pub num_buckets: usize,
+    /// Distance at which the largest bucket starts. Default: 128, as T5.
+    #[config(default = 128)]
+    pub max_distance: usize,
+    /// Encoder (both directions) or decoder (past only). Default: true.
+    #[config(default = true)]
+    pub bidirectional: bool,
+}
+
+/// The bias table, named like HF T5's `relative_attention_bias`.
+#[derive(Module, Debug)]
+pub struct RelativePositionBias {
+    /// `[num_buckets, n_heads]`
+    pub relative_attention_bias: Embedding,
+    num_buckets: usize,
+    max_distance: usize,
+    bidirectional: bool,
+}
+
+impl RelativePositionBiasConfig {
+    /// Builds the table.
+    ///
+    /// # Errors
+    /// When a size is zero.
+    pub fn init(&self, device: &Device) -> Result<RelativePositionBias> {
+        for (name, v) in [
+            ("n_heads", self.n_heads),
+            ("num_buckets", self.num_buckets),
+            ("max_distance", self.max_distance),
+        ] {
+            if v == 0 {
+                return Err(AttentionError::Zero { name });
+            }
+        }
+        Ok(RelativePositionBias {
+            relative_attention_bias: EmbeddingConfig::new(self.num_buckets, self.n_heads)
+                .init(device),
+            num_buckets: self.num_buckets,
+            max_distance: self.max_distance,
+            bidirectional: self.bidirectional,
+        })
+    }
+}
+
+impl RelativePositionBias {
+    /// The bias `[1, H, Tq, Tk]` for queries at positions `offset..offset + tq` and keys at
+    /// `0..tk`.
+    pub fn forward(&self, tq: usize, tk: usize, offset: usize, device: &Device) -> Tensor<4> {
+        let buckets: Vec<i64> = (0..tq)
+            .flat_map(|i| (0..tk).map(move |j| j as i64 - (offset + i) as i64))
+            .map(|rel| {
+                relative_position_bucket(
+                    rel,
+                    self.bidirectional,
+                    self.num_buckets,
+                    self.max_distance,
+                ) as i64
+            })
+            .collect();
+        let idx = Tensor::<2, Int>::from_data(TensorData::new(buckets, [tq, tk]), device);
+        // [Tq, Tk] -> [1, Tq * Tk] -> embed [1, Tq * Tk, H] -> [1, Tq, Tk, H] -> [1, H, Tq, Tk]
+        let n_heads = self.relative_attention_bias.weight.dims()[1];
+        self.relative_attention_bias
+            .forward(idx.reshape([1, tq * tk]))
+            .reshape([1, tq, tk, n_heads])
+            .permute([0, 3, 1, 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Distribution;
+    use zoo_device::test_device;
+    use zoo_device::testing::max_abs_diff;
+
+    #[test]
+    fn sinusoidal_values_equal_the_formula() {
+        let d = test_device();
+        let t = sinusoidal_table(50, 16, &d)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        for (pos, i) in [(0usize, 0usize), (1, 0), (7, 3), (49, 7)] {
+            let angle = pos as f64 / 10000f64.powf(2.0 * i as f64 / 16.0);
+            assert!((t[pos * 16 + 2 * i] as f64 - angle.sin()).abs() < 1e-6);
+            assert!((t[pos * 16 + 2 * i + 1] as f64 - angle.cos()).abs() < 1e-6);
+        }
+        // Position 0 is [0, 1, 0, 1, ...].
+        assert_eq!(&t[..4], &[0.0, 1.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn sinusoidal_rows_are_unique_and_nearby_rows_are_similar() {
+        let d = test_device();
+        let n = 100;
+        let dm = 32;
+        let t = sinusoidal_table(n, dm, &d)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let row = |p: usize| &t[p * dm..(p + 1) * dm];
+        let cos = |a: &[f32], b: &[f32]| {
+            let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+            dot / (na * nb)
+        };
+        for p in 0..n {
+            for q in p + 1..n {
+                let diff: f32 = row(p).iter().zip(row(q)).map(|(a, b)| (a - b).abs()).sum();
+                assert!(diff > 1e-3, "rows {p} and {q} coincide");
+            }
+        }
+        // The seed's check: position 10 is more like 11 than like 50.
+        assert!(cos(row(10), row(11)) > cos(row(10), row(50)));
+        assert!(cos(row(10), row(11)) > 0.9);
+    }
+
+    #[test]
+    fn sinusoidal_rejects_too_long() {
+        let d = test_device();
+        let enc = SinusoidalEncodingConfig::new(4, 8).init(&d).unwrap();
+        let x = Tensor::<3>::zeros([1, 5, 8], &d);
+        assert_eq!(
+            enc.forward(x, 0).unwrap_err(),
+            AttentionError::TooLong {
+                what: "sinusoidal encoding",
+                position: 4,
+                max_len: 4
+            }
+        );
+    }
+
+    fn dot_at(rope: &RotaryEncoding, q: &Tensor<4>, k: &Tensor<4>, pq: usize, pk: usize) -> f32 {
+        let rq = rope.forward(q.clone(), pq).unwrap();
+        let rk = rope.forward(k.clone(), pk).unwrap();
+        (rq * rk).sum().into_scalar::<f32>()
+    }
+
+    #[test]
+    fn rope_dot_depends_only_on_relative_offset() {
+        let d = test_device();
+        d.seed(3);
+        for layout in [RopeLayout::HalfSplit, RopeLayout::Interleaved] {
+            let rope = RotaryEncodingConfig::new(8, 64)
+                .with_layout(layout)
+                .init(&d)
+                .unwrap();
+            let q = Tensor::<4>::random([1, 1, 1, 8], Distribution::Normal(0.0, 1.0), &d);
+            let k = Tensor::<4>::random([1, 1, 1, 8], Distribution::Normal(0.0, 1.0), &d);
+            let a = dot_at(&rope, &q, &k, 5, 2);
+            let b = dot_at(&rope, &q, &k, 40, 37);
+            let c = dot_at(&rope, &q, &k, 5, 4);
+            assert!((a - b).abs() < 1e-4, "{layout:?}: {a} vs {b}");
+            assert!((a - c).abs() > 1e-3, "{layout:?}: offset must matter");
+        }
+    }
+
+    #[test]
+    fn rope_layouts_agree_up_to_a_feature_permutation() {
+        let d = test_device();
+        d.seed(4);
+        let half = RotaryEncodingConfig::new(4, 16).init(&d).unwrap();
+        let inter = RotaryEncodingConfig::new(4, 16)
+            .with_layout(RopeLayout::Interleaved)
+            .init(&d)
+            .unwrap();
+        let x = Tensor::<4>::random([1, 1, 3, 4], Distribution::Normal(0.0, 1.0), &d);
+        // Interleaved order (a0, b0, a1, b1) is half-split order (a0, a1, b0, b1) permuted.
+        let perm = Tensor::<1, Int>::from_ints([0, 2, 1, 3], &d);
+        let via_half = half.forward(x.clone().select(3, perm.clone()), 2).unwrap();
+        let via_inter = inter.forward(x, 2).unwrap().select(3, perm);
+        assert!(max_abs_diff(&via_half, &via_inter) < 1e-6);
+        // Position 0 is the identity.
+        let y = Tensor::<4>::random([1, 1, 1, 4], Distribution::Normal(0.0, 1.0), &d);
+        assert!(max_abs_diff(&half.forward(y.clone(), 0).unwrap(), &y) < 1e-7);
+    }
+
+    #[test]
+    fn rope_per_row_positions_equal_offsets() {
+        let d = test_device();
+        let rope = RotaryEncodingConfig::new(4, 16).init(&d).unwrap();
+        let x = Tensor::<4>::random([2, 1, 3, 4], Distribution::Normal(0.0, 1.0), &d);
+        let pos = Tensor::<2, Int>::from_ints([[0, 1, 2], [5, 6, 7]], &d);
+        let at = rope.forward_at(x.clone(), pos).unwrap();
+        let row0 = rope
+            .forward(x.clone().slice([0..1, 0..1, 0..3, 0..4]), 0)
+            .unwrap();
+        let row1 = rope.forward(x.slice([1..2, 0..1, 0..3, 0..4]), 5).unwrap();
+        assert!(max_abs_diff(&at, &Tensor::cat(vec![row0, row1], 0)) < 1e-6);
+    }
+
+    #[test]
+    fn rope_rejects_odd_dims_and_long_inputs() {
+        let d = test_device();
+        assert_eq!(
+            RotaryEncodingConfig::new(7, 8).init(&d).unwrap_err(),
+            AttentionError::OddRopeDim { head_dim: 7 }
+        );
+        let rope = RotaryEncodingConfig::new(4, 8).init(&d).unwrap();
+        let x = Tensor::<4>::zeros([1, 1, 2, 4], &d);
+        assert!(matches!(
+            rope.forward(x, 7),
+            Err(AttentionError::TooLong { position: 8, .. })
+        ));
+    }
+
+    #[test]
+    fn alibi_slopes_follow_the_paper() {
+        let s8 = alibi_slopes(8);
+        assert_eq!(s8.len(), 8);
+        assert!((s8[0] - 0.5).abs() < 1e-12 && (s8[7] - 1.0 / 256.0).abs() < 1e-12);
+        // 6 heads: the 4 slopes of n=4, then slopes 1 and 3 of n=8.
+        let s6 = alibi_slopes(6);
+        let expect = [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125];
+        for (a, b) in s6.iter().zip(expect) {
+            assert!((a - b).abs() < 1e-12, "{s6:?}");
+        }
+        let d = test_device();
+        let bias = alibi_bias(2, 2, 3, 1, &d)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        // head 0 slope 2^-4 = 1/16; query at position 1 vs keys 0..3 -> distances 1, 0, 1
+        assert_eq!(&bias[..3], &[-0.0625, 0.0, -0.0625]);
+    }
+
+    #[test]
+    fn t5_buckets() {
+        // Bidirectional, 32 buckets, max distance 128 (values as HF T5's bucket function).
+        let b = |r| relative_position_bucket(r, true, 32, 128);
+        assert_eq!(b(0), 0);
+        assert_eq!(b(-1), 1);
+        assert_eq!(b(1), 17);
+        assert_eq!(b(-7), 7);
+        assert_eq!(b(-8), 8);
+        assert_eq!(b(-20), 10); // 8 + floor(ln(2.5)/ln(16) * 8) = 8 + 2
+        assert_eq!(b(-1000), 15);
+        assert_eq!(b(1000), 31);
+        // Causal: future keys share bucket 0.
+        let c = |r| relative_position_bucket(r, false, 32, 128);
+        assert_eq!(c(5), 0);
+        assert_eq!(c(-5), 5);
+        assert_eq!(c(-1000), 31);
+    }
+
+    #[test]
+    fn relative_bias_reads_the_table() {
+        let d = test_device();
+        let rpb = RelativePositionBiasConfig::new(2)
+            .with_num_buckets(8)
+            .with_max_distance(16)
+            .init(&d)
+            .unwrap();
+        let table = rpb
+            .relative_attention_bias
+            .weight
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let bias = rpb
+            .forward(2, 3, 0, &d)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        // head 1, query 1, key 0: relative -1 -> bucket 1
+        let bucket = relative_position_bucket(-1, true, 8, 16);
+        assert_eq!(bias[6 + 3], table[bucket * 2 + 1]);
+    }
+}

@@ -1,0 +1,602 @@
+//! Scaled dot-product attention, `softmax(Q Kᵀ / sqrt(d_k) + bias, masked) V`
+//! (Vaswani et al., 2017, eq. 1), in five forms:
+//!
+//! | path | extra memory | exact | use |
+//! |---|---|---|---|
+//! | [`attention_reference`] | `O(Tq·Tk)` | yes | readable; returns the weights; dropout |
+//! | [`attention_fused`] | backend's | yes | Burn's fused op: flash kernels on CubeCL, SDPA on tch |
+//! | [`attention_chunked`] | `O(Tq·Dv + Bq·Bk)` | yes | blocks of keys, online softmax (FlashAttention idea) |
+//! | [`attention_sliding_window`] | `O(T·W)` | yes, for its mask | local window plus global tokens (Longformer) |
+//! | [`attention_linear`] | `O(T·D·Dv)` | **no** | kernelised approximation, `φ(x) = elu(x) + 1` |
+//!
+//! All take `[B, H, T, D]` tensors with the same number of heads in Q, K and V; grouped
+//! KV heads are expanded with [`repeat_kv`] first.
+
+use burn::nn::Dropout;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::mask::Mask;
+
+fn default_scale(head_dim: usize, scale: Option<f64>) -> f64 {
+    scale.unwrap_or_else(|| 1.0 / (head_dim as f64).sqrt())
+}
+
+/// Softmax over the last dimension that gives zeros, not NaN, for a row that is all `-inf`.
+///
+/// The max is clamped to the most negative finite value so that `-inf - max` stays `-inf`,
+/// and the sum is clamped away from zero so that an all-zero row divides to zero.
+pub fn safe_softmax(scores: Tensor<4>) -> Tensor<4> {
+    let max = scores.clone().max_dim(3).clamp_min(f32::MIN);
+    let e = (scores - max).exp();
+    let sum = e.clone().sum_dim(3).clamp_min(f32::MIN_POSITIVE);
+    e / sum
+}
+
+/// The readable reference path: matmul, scale, bias, mask, softmax, dropout, matmul.
+///
+/// Returns the context and the attention weights (after the softmax, before dropout).
+///
+/// # Shapes
+/// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]`
+/// - returns `([B, H, Tq, Dv], [B, H, Tq, Tk])`
+pub fn attention_reference(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: &Mask,
+    scale: Option<f64>,
+    dropout: Option<&Dropout>,
+) -> (Tensor<4>, Tensor<4>) {
+    let [b, h, tq, d] = q.dims();
+    let tk = k.dims()[2];
+    let device = q.device();
+    let scale = default_scale(d, scale);
+    // [B, H, Tq, D] x [B, H, D, Tk] -> [B, H, Tq, Tk]
+    let mut scores = q.matmul(k.swap_dims(2, 3)) * scale;
+    if let Some(bias) = mask.materialize_bias([b, h, tq, tk]) {
+        scores = scores + bias;
+    }
+    if let Some(m) = mask.materialize([b, h, tq, tk], &device) {
+        scores = scores.mask_fill(m, f32::NEG_INFINITY);
+    }
+    let weights = safe_softmax(scores);
+    let dropped = match dropout {
+        Some(dropout) => dropout.forward(weights.clone()),
+        None => weights.clone(),
+    };
+    (dropped.matmul(v), weights)
+}
+
+/// The fast path: Burn's fused `attention` op, with no weights and no dropout.
+///
+/// Rows whose keys are all masked come back as zeros on every backend.
+///
+/// # Shapes
+/// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]`
+/// - returns `[B, H, Tq, Dv]`
+pub fn attention_fused(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: &Mask,
+    scale: Option<f64>,
+) -> Tensor<4> {
+    let [b, h, tq, d] = q.dims();
+    let tk = k.dims()[2];
+    let dv = v.dims()[3];
+    let device = q.device();
+    // The kernels' own causal flag assumes query i is key i; a cache offset needs the
+    // explicit mask.
+    let use_flag = mask.causal && mask.causal_offset == 0 && tq == tk;
+    let bool_mask = if use_flag {
+        Mask {
+            causal: false,
+            ..mask.clone()
+        }
+        .materialize([b, h, tq, tk], &device)
+    } else {
+        mask.materialize([b, h, tq, tk], &device)
+    };
+    let options = AttentionModuleOptions {
+        scale: Some(default_scale(d, scale)),
+        softcap: None,
+        is_causal: use_flag,
+    };
+    let out = attention(
+        q,
+        k,
+        v,
+        bool_mask.clone(),
+        mask.materialize_bias([b, h, tq, tk]),
+        options,
+    );
+    match bool_mask {
+        Some(m) => {
+            // A fully masked row is zero by definition here; kernels may leave NaN there.
+            let m = if use_flag {
+                Mask {
+                    causal: true,
+                    ..Mask::none()
+                }
+                .with_bool(m)
+                .materialize([b, h, tq, tk], &device)
+                .expect("mask is present")
+            } else {
+                m
+            };
+            let dead = m.all_dim(3); // [B, H, Tq, 1]
+            out.mask_fill(dead.expand([b, h, tq, dv]), 0.0)
+        }
+        None => out,
+    }
+}
+
+/// Expands grouped KV heads to one per query head: head `h` of the output is KV head
+/// `h / n_rep`, as in HF Llama's `repeat_kv`.
+///
+/// # Shapes
+/// - `x`: `[B, Hkv, T, D]` -> `[B, Hkv * n_rep, T, D]`
+pub fn repeat_kv(x: Tensor<4>, n_rep: usize) -> Tensor<4> {
+    if n_rep == 1 {
+        return x;
+    }
+    let [b, hkv, t, d] = x.dims();
+    // [B, Hkv, T, D] -> [B, Hkv, 1, T, D] -> [B, Hkv, n_rep, T, D] -> [B, Hkv * n_rep, T, D]
+    x.unsqueeze_dim::<5>(2)
+        .expand([b, hkv, n_rep, t, d])
+        .reshape([b, hkv * n_rep, t, d])
+}
+
+/// Causal mask for a tile: queries at absolute positions `q0..q0+tq`, keys at `k0..k0+tk`.
+fn causal_tile(q0: usize, tq: usize, k0: usize, tk: usize, device: &Device) -> Tensor<4, Bool> {
+    let q = Tensor::<1, Int>::arange(q0 as i64..(q0 + tq) as i64, device)
+        .reshape([tq, 1])
+        .expand([tq, tk]);
+    let k = Tensor::<1, Int>::arange(k0 as i64..(k0 + tk) as i64, device)
+        .reshape([1, tk])
+        .expand([tq, tk]);
+    k.greater(q).reshape([1, 1, tq, tk])
+}
+
+/// Slices dims 2 and 3 of a broadcastable `[_, _, Tq|1, Tk|1]` tensor to a tile.
+fn tile<K: burn::tensor::kind::Basic>(
+    t: Tensor<4, K>,
+    q: std::ops::Range<usize>,
+    k: std::ops::Range<usize>,
+) -> Tensor<4, K> {
+    let [a, b, tq, tk] = t.dims();
+    let q = if tq == 1 { 0..1 } else { q };
+    let k = if tk == 1 { 0..1 } else { k };
+    t.slice([0..a, 0..b, q, k])
+}
+
+/// Memory-efficient exact attention: the keys are read in blocks and the softmax is
+/// accumulated online (running max `m`, running sum `l`), as in FlashAttention (Dao et al.,
+/// 2022, Algorithm 1), so the `Tq × Tk` matrix is never built. Query blocks of `block_q`
+/// rows bound the live score tile to `block_q × block_k`. Causal tiles wholly in the future
+/// are skipped.
+///
+/// Equals [`attention_reference`] up to rounding; fully masked rows give zeros.
+///
+/// # Shapes
+/// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]`
+/// - the mask's boolean part and bias broadcastable to `[B, H, Tq, Tk]`
+/// - returns `[B, H, Tq, Dv]`
+pub fn attention_chunked(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: &Mask,
+    scale: Option<f64>,
+    block_q: usize,
+    block_k: usize,
+) -> Tensor<4> {
+    let [b, h, tq, d] = q.dims();
+    let tk = k.dims()[2];
+    let dv = v.dims()[3];
+    let device = q.device();
+    let scale = default_scale(d, scale);
+    let block_q = block_q.max(1);
+    let block_k = block_k.max(1);
+    let mut outputs = Vec::with_capacity(tq.div_ceil(block_q));
+    for q0 in (0..tq).step_by(block_q) {
+        let q1 = (q0 + block_q).min(tq);
+        let bq = q1 - q0;
+        let qb = q.clone().slice([0..b, 0..h, q0..q1, 0..d]) * scale;
+        let mut m = Tensor::<4>::full([b, h, bq, 1], f32::MIN, &device);
+        let mut l = Tensor::<4>::zeros([b, h, bq, 1], &device);
+        let mut acc = Tensor::<4>::zeros([b, h, bq, dv], &device);
+        for k0 in (0..tk).step_by(block_k) {
+            let k1 = (k0 + block_k).min(tk);
+            if mask.causal && k0 > mask.causal_offset + q1 - 1 {
+                break; // every later key is in the future of every query of this block
+            }
+            let kb = k.clone().slice([0..b, 0..h, k0..k1, 0..d]);
+            let vb = v.clone().slice([0..b, 0..h, k0..k1, 0..dv]);
+            // [B, H, bq, D] x [B, H, D, bk] -> [B, H, bq, bk]
+            let mut s = qb.clone().matmul(kb.swap_dims(2, 3));
+            if let Some(bias) = &mask.bias {
+                s = s + tile(bias.clone(), q0..q1, k0..k1);
+            }
+            if let Some(mb) = &mask.masked {
+                s = s.mask_fill(tile(mb.clone(), q0..q1, k0..k1), f32::NEG_INFINITY);
+            }
+            if mask.causal {
+                let c = causal_tile(mask.causal_offset + q0, bq, k0, k1 - k0, &device);
+                s = s.mask_fill(c, f32::NEG_INFINITY);
+            }
+            let m_new = m.clone().max_pair(s.clone().max_dim(3));
+            let p = (s - m_new.clone()).exp();
+            let correction = (m - m_new.clone()).exp();
+            l = l * correction.clone() + p.clone().sum_dim(3);
+            acc = acc * correction + p.matmul(vb);
+            m = m_new;
+        }
+        outputs.push(acc / l.clamp_min(f32::MIN_POSITIVE));
+    }
+    Tensor::cat(outputs, 2)
+}
+
+/// Which keys a query may see under sliding-window attention with global tokens.
+///
+/// Query `i` sees key `j` when `j` is within the window (`i - window < j <= i` causal,
+/// `|i - j| < window` otherwise), or when `i` or `j` is a global token; causal masking
+/// applies to global tokens too.
+fn window_visible(i: usize, j: usize, window: usize, causal: bool, global: &[usize]) -> bool {
+    if causal && j > i {
+        return false;
+    }
+    i.abs_diff(j) < window || global.contains(&i) || global.contains(&j)
+}
+
+/// The full `[T, T]` sliding-window mask (`true` = masked), for the reference path.
+pub fn sliding_window_mask(
+    t: usize,
+    window: usize,
+    causal: bool,
+    global: &[usize],
+    device: &Device,
+) -> Tensor<2, Bool> {
+    let values: Vec<bool> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| (i, j)))
+        .map(|(i, j)| !window_visible(i, j, window, causal, global))
+        .collect();
+    Tensor::from_data(TensorData::new(values, [t, t]), device)
+}
+
+/// Sliding-window (local) self-attention with optional global tokens (Beltagy et al.,
+/// 2020, "Longformer"). Each block of `block` queries reads only the keys its window can
+/// reach plus the global keys, so memory is `O(T·(W + G))`; global query rows attend to
+/// every key and are computed on their own.
+///
+/// Exact for its mask: equals [`attention_reference`] with [`sliding_window_mask`]. With
+/// `window >= T` it is full attention.
+///
+/// # Shapes
+/// - `q`, `k`: `[B, H, T, D]`, `v`: `[B, H, T, Dv]` -> `[B, H, T, Dv]`
+pub fn attention_sliding_window(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    window: usize,
+    causal: bool,
+    global: &[usize],
+    scale: Option<f64>,
+    block: usize,
+) -> Tensor<4> {
+    let [b, h, t, d] = q.dims();
+    let dv = v.dims()[3];
+    let device = q.device();
+    let scale = default_scale(d, scale);
+    let block = block.max(1);
+    let mut global: Vec<usize> = global.iter().copied().filter(|&g| g < t).collect();
+    global.sort_unstable();
+    global.dedup();
+    let mut outputs = Vec::with_capacity(t.div_ceil(block));
+    for q0 in (0..t).step_by(block) {
+        let q1 = (q0 + block).min(t);
+        let lo = q0.saturating_sub(window.saturating_sub(1));
+        let hi = if causal {
+            q1
+        } else {
+            (q1 + window.saturating_sub(1)).min(t)
+        };
+        // Key positions read by this block: the local range plus global keys outside it.
+        let mut keys: Vec<usize> = (lo..hi).collect();
+        keys.extend(global.iter().copied().filter(|&g| g < lo || g >= hi));
+        let idx = Tensor::<1, Int>::from_ints(
+            keys.iter()
+                .map(|&j| j as i64)
+                .collect::<Vec<_>>()
+                .as_slice(),
+            &device,
+        );
+        let kb = k.clone().select(2, idx.clone()); // [B, H, nk, D]
+        let vb = v.clone().select(2, idx); // [B, H, nk, Dv]
+        let masked: Vec<bool> = (q0..q1)
+            .flat_map(|i| keys.iter().map(move |&j| (i, j)))
+            .map(|(i, j)| !window_visible(i, j, window, causal, &[]) && !global.contains(&j))
+            .collect();
+        let m =
+            Tensor::<2, Bool>::from_data(TensorData::new(masked, [q1 - q0, keys.len()]), &device)
+                .reshape([1, 1, q1 - q0, keys.len()]);
+        let qb = q.clone().slice([0..b, 0..h, q0..q1, 0..d]);
+        let s = qb.matmul(kb.swap_dims(2, 3)) * scale;
+        let w = safe_softmax(s.mask_fill(m, f32::NEG_INFINITY));
+        outputs.push(w.matmul(vb));
+    }
+    let mut out = Tensor::cat(outputs, 2);
+    // Global queries see every (non-future) key: one full row each.
+    for &g in &global {
+        let qg = q.clone().slice([0..b, 0..h, g..g + 1, 0..d]);
+        let mask = if causal {
+            Mask::none().with_causal_offset(g)
+        } else {
+            Mask::none()
+        };
+        let row = attention_reference(qg, k.clone(), v.clone(), &mask, Some(scale), None).0;
+        out = out.slice_assign([0..b, 0..h, g..g + 1, 0..dv], row);
+    }
+    out
+}
+
+/// The positive feature map of linear attention, `φ(x) = elu(x) + 1`.
+fn feature_map(x: Tensor<4>) -> Tensor<4> {
+    burn::tensor::activation::elu(x, 1.0) + 1.0
+}
+
+/// Linear attention (Katharopoulos et al., 2020): `softmax(q·k)` is replaced by the kernel
+/// `φ(q)·φ(k)`, so `Σⱼ φ(kⱼ) vⱼᵀ` can be summed once and the cost is linear in length.
+///
+/// **An approximation**: it does not equal softmax attention and is not tested against it
+/// for equality, only for its own definition. The causal form walks the sequence in chunks
+/// of `chunk` positions, carrying the running sums between chunks.
+///
+/// # Shapes
+/// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]` -> `[B, H, Tq, Dv]`
+/// - `key_padding`: `[B, Tk]`, `true` at keys to ignore.
+pub fn attention_linear(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    causal: bool,
+    key_padding: Option<Tensor<2, Bool>>,
+    chunk: usize,
+) -> Tensor<4> {
+    let [b, h, tq, d] = q.dims();
+    let tk = k.dims()[2];
+    let dv = v.dims()[3];
+    let device = q.device();
+    let fq = feature_map(q);
+    let mut fk = feature_map(k);
+    if let Some(pad) = key_padding {
+        // [B, Tk] -> [B, 1, Tk, 1]: padded keys contribute nothing to either sum.
+        let keep = pad.bool_not().float().reshape([b, 1, tk, 1]);
+        fk = fk * keep;
+    }
+    if !causal {
+        // [B, H, D, Tk] x [B, H, Tk, Dv] -> [B, H, D, Dv]
+        let kv = fk.clone().swap_dims(2, 3).matmul(v);
+        let z = fk.sum_dim(2); // [B, H, 1, D]
+        let num = fq.clone().matmul(kv); // [B, H, Tq, Dv]
+        let den = fq.matmul(z.swap_dims(2, 3)); // [B, H, Tq, 1]
+        return num / den.clamp_min(f32::MIN_POSITIVE);
+    }
+    let chunk = chunk.max(1);
+    let mut state = Tensor::<4>::zeros([b, h, d, dv], &device);
+    let mut zsum = Tensor::<4>::zeros([b, h, 1, d], &device);
+    let mut outputs = Vec::new();
+    for c0 in (0..tq).step_by(chunk) {
+        let c1 = (c0 + chunk).min(tq);
+        let n = c1 - c0;
+        let qc = fq.clone().slice([0..b, 0..h, c0..c1, 0..d]);
+        let kc = fk.clone().slice([0..b, 0..h, c0..c1, 0..d]);
+        let vc = v.clone().slice([0..b, 0..h, c0..c1, 0..dv]);
+        // Within the chunk: φ(q) φ(k)ᵀ with future keys zeroed. [B, H, n, n]
+        let future = causal_tile(c0, n, c0, n, &device);
+        let a = qc
+            .clone()
+            .matmul(kc.clone().swap_dims(2, 3))
+            .mask_fill(future, 0.0);
+        let num = a.clone().matmul(vc.clone()) + qc.clone().matmul(state.clone());
+        let den = a.sum_dim(3) + qc.matmul(zsum.clone().swap_dims(2, 3));
+        outputs.push(num / den.clamp_min(f32::MIN_POSITIVE));
+        state = state + kc.clone().swap_dims(2, 3).matmul(vc);
+        zsum = zsum + kc.sum_dim(2);
+    }
+    Tensor::cat(outputs, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mask::padding_mask_from_lengths;
+    use burn::tensor::Distribution;
+    use zoo_device::test_device;
+    use zoo_device::testing::{assert_close, max_abs_diff};
+
+    fn qkv(
+        b: usize,
+        h: usize,
+        tq: usize,
+        tk: usize,
+        d: usize,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let dev = test_device();
+        dev.seed(7);
+        let n = Distribution::Normal(0.0, 1.0);
+        (
+            Tensor::random([b, h, tq, d], n, &dev),
+            Tensor::random([b, h, tk, d], n, &dev),
+            Tensor::random([b, h, tk, d], n, &dev),
+        )
+    }
+
+    #[test]
+    fn reference_matches_hand_computation() {
+        let dev = test_device();
+        // One head, one query, two keys: scores [1, 0] / sqrt(1) -> weights [e/(e+1), 1/(e+1)].
+        let q = Tensor::<4>::from_floats([[[[1.0]]]], &dev);
+        let k = Tensor::<4>::from_floats([[[[1.0], [0.0]]]], &dev);
+        let v = Tensor::<4>::from_floats([[[[10.0], [20.0]]]], &dev);
+        let (out, w) = attention_reference(q, k, v, &Mask::none(), None, None);
+        let e = std::f32::consts::E;
+        let w0 = e / (e + 1.0);
+        let w = w.into_data().try_to_vec::<f32>().unwrap();
+        assert!((w[0] - w0).abs() < 1e-6 && (w[1] - (1.0 - w0)).abs() < 1e-6);
+        let out = out.into_data().try_to_vec::<f32>().unwrap()[0];
+        assert!((out - (10.0 * w0 + 20.0 * (1.0 - w0))).abs() < 1e-4);
+    }
+
+    #[test]
+    fn fused_equals_reference() {
+        let (q, k, v) = qkv(2, 3, 7, 7, 8);
+        let dev = q.device();
+        let pad = padding_mask_from_lengths(&[7, 4], 7, &dev);
+        for mask in [
+            Mask::none(),
+            Mask::causal(),
+            Mask::none().with_key_padding(pad.clone()),
+            Mask::causal().with_key_padding(pad),
+        ] {
+            let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+            let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None);
+            assert_close(&f, &r, 1e-5);
+        }
+    }
+
+    #[test]
+    fn fully_masked_row_is_zero_not_nan() {
+        let (q, k, v) = qkv(1, 2, 3, 4, 4);
+        let dev = q.device();
+        let pad = padding_mask_from_lengths(&[0], 4, &dev); // every key is padding
+        let mask = Mask::none().with_key_padding(pad);
+        let (r, w) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+        let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None);
+        let c = attention_chunked(q, k, v, &mask, None, 2, 2);
+        for t in [r, w, f, c] {
+            let vals = t.into_data().try_to_vec::<f32>().unwrap();
+            assert!(vals.iter().all(|x| *x == 0.0), "{vals:?}");
+        }
+    }
+
+    #[test]
+    fn chunked_equals_reference_for_any_block_size() {
+        let (q, k, v) = qkv(2, 2, 13, 13, 8);
+        let dev = q.device();
+        let bias = Tensor::<4>::random([1, 2, 13, 13], Distribution::Normal(0.0, 1.0), &dev);
+        let pad = padding_mask_from_lengths(&[13, 9], 13, &dev);
+        for mask in [
+            Mask::none(),
+            Mask::causal(),
+            Mask::causal().with_key_padding(pad).with_bias(bias),
+        ] {
+            let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+            // 13 is not a multiple of 4 or 5; 13 and 16 cover one block and a block past the end.
+            for (bq, bk) in [(4, 4), (5, 3), (13, 13), (16, 16), (1, 7)] {
+                let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, bq, bk);
+                assert!(
+                    max_abs_diff(&c, &r) < 1e-5,
+                    "blocks {bq}x{bk}: {}",
+                    max_abs_diff(&c, &r)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_with_cache_offset() {
+        // Three new queries after five cached positions: keys cover 0..8.
+        let (q, k, v) = qkv(1, 2, 3, 8, 4);
+        let mask = Mask::none().with_causal_offset(5);
+        let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+        let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, 2, 3);
+        let f = attention_fused(q, k, v, &mask, None);
+        assert!(max_abs_diff(&c, &r) < 1e-5);
+        assert!(max_abs_diff(&f, &r) < 1e-5);
+    }
+
+    #[test]
+    fn sliding_window_equals_masked_reference() {
+        let (q, k, v) = qkv(1, 2, 11, 11, 4);
+        let dev = q.device();
+        for (window, causal, global) in [
+            (3, true, vec![]),
+            (3, false, vec![]),
+            (2, false, vec![0, 5]),
+            (4, true, vec![0]),
+        ] {
+            let m = sliding_window_mask(11, window, causal, &global, &dev).reshape([1, 1, 11, 11]);
+            let (r, _) = attention_reference(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &Mask::none().with_bool(m),
+                None,
+                None,
+            );
+            let s = attention_sliding_window(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                window,
+                causal,
+                &global,
+                None,
+                4,
+            );
+            assert!(
+                max_abs_diff(&s, &r) < 1e-5,
+                "window {window} causal {causal} global {global:?}: {}",
+                max_abs_diff(&s, &r)
+            );
+        }
+    }
+
+    #[test]
+    fn window_as_long_as_sequence_is_full_attention() {
+        let (q, k, v) = qkv(1, 2, 9, 9, 4);
+        for causal in [false, true] {
+            let mask = if causal { Mask::causal() } else { Mask::none() };
+            let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+            let s =
+                attention_sliding_window(q.clone(), k.clone(), v.clone(), 9, causal, &[], None, 4);
+            assert!(max_abs_diff(&s, &r) < 1e-5);
+        }
+    }
+
+    #[test]
+    fn linear_attention_matches_its_definition() {
+        let (q, k, v) = qkv(1, 1, 6, 6, 3);
+        let fq = feature_map(q.clone());
+        let fk = feature_map(k.clone());
+        // Direct O(T²) evaluation of sum_j φ(q_i)·φ(k_j) v_j / sum_j φ(q_i)·φ(k_j).
+        let a = fq.matmul(fk.swap_dims(2, 3)); // [1, 1, 6, 6]
+        for causal in [false, true] {
+            let a = if causal {
+                a.clone()
+                    .mask_fill(causal_tile(0, 6, 0, 6, &q.device()), 0.0)
+            } else {
+                a.clone()
+            };
+            let expected = a.clone().matmul(v.clone()) / a.sum_dim(3);
+            for chunk in [1, 4, 6] {
+                let got = attention_linear(q.clone(), k.clone(), v.clone(), causal, None, chunk);
+                assert!(
+                    max_abs_diff(&got, &expected) < 1e-4,
+                    "causal {causal} chunk {chunk}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn repeat_kv_maps_heads_in_groups() {
+        let dev = test_device();
+        let x = Tensor::<1>::from_floats([1.0, 2.0], &dev).reshape([1, 2, 1, 1]);
+        let r = repeat_kv(x, 3).into_data().try_to_vec::<f32>().unwrap();
+        assert_eq!(r, vec![1.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
+    }
+}

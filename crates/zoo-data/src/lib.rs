@@ -1,0 +1,40 @@
+//! # zoo-data
+//!
+//! Readers for the data sets shipped in `datasets/`, the character vocabularies of the
+//! seeds, and Burn batchers for the zoo's tasks. Knows no models.
+//!
+//! Readers return Burn datasets (`InMemDataset`), batchers implement Burn's `Batcher`, so
+//! loaders come from Burn's `DataLoaderBuilder` as usual.
+#![warn(missing_docs)]
+
+pub mod batch;
+mod error;
+pub mod names;
+pub mod text;
+pub mod vocab;
+
+pub use batch::{CausalLmBatch, CausalLmBatcher, CausalLmItem};
+pub use error::{DataError, Result};
+pub use vocab::CharVocab;
+
+use std::path::PathBuf;
+
+/// The `datasets/` folder of the workspace: `$ZOO_DATASETS` when set, else the folder
+/// beside the crates (found from this crate's manifest directory at build time).
+pub fn datasets_dir() -> PathBuf {
+    match std::env::var_os("ZOO_DATASETS") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets"),
+    }
+}
+
+/// Shuffles `items` in place with a fixed seed (Fisher-Yates over a seeded `StdRng`), so
+/// splits are the same on every machine.
+pub fn seeded_shuffle<T>(items: &mut [T], seed: u64) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for i in (1..items.len()).rev() {
+        let j = rng.random_range(0..=i);
+        items.swap(i, j);
+    }
+}

@@ -1,0 +1,242 @@
+//! The decoder configuration and its presets.
+
+use burn::config::Config;
+use serde::{Deserialize, Serialize};
+use zoo_attention::{
+    FeedForwardConfig, FfnActivation, MultiHeadAttentionConfig, NormKind, NormPlacement,
+    RopeLayout, TransformerBlockConfig,
+};
+
+use crate::error::{DecoderError, Result};
+
+/// How the model knows where a token is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum PositionKind {
+    /// A learned table added to the token embeddings (GPT-2 `wpe`).
+    Learned,
+    /// Rotary embeddings inside attention (Llama).
+    Rope {
+        /// Frequency base.
+        theta: f64,
+        /// Feature pairing.
+        layout: RopeLayout,
+    },
+}
+
+/// HF parameter names and the zoo's, for a checkpoint loader; `{i}` is the layer.
+///
+/// GPT-2's `c_attn` is `[in, out]` already (a `Conv1D`) and maps to the fused `qkv_proj`;
+/// Llama's `Linear`s are `[out, in]` and are transposed on load.
+pub const HF_NAME_TABLE: &[(&str, &str, &str)] = &[
+    // (GPT2LMHeadModel, LlamaForCausalLM, zoo)
+    (
+        "transformer.wte.weight",
+        "model.embed_tokens.weight",
+        "wte.weight",
+    ),
+    ("transformer.wpe.weight", "-", "wpe.embedding.weight"),
+    (
+        "transformer.h.{i}.ln_1",
+        "model.layers.{i}.input_layernorm",
+        "layers.{i}.norm_1",
+    ),
+    (
+        "transformer.h.{i}.attn.c_attn",
+        "-",
+        "layers.{i}.self_attn.qkv_proj",
+    ),
+    (
+        "-",
+        "model.layers.{i}.self_attn.q_proj",
+        "layers.{i}.self_attn.q_proj",
+    ),
+    (
+        "-",
+        "model.layers.{i}.self_attn.k_proj",
+        "layers.{i}.self_attn.k_proj",
+    ),
+    (
+        "-",
+        "model.layers.{i}.self_attn.v_proj",
+        "layers.{i}.self_attn.v_proj",
+    ),
+    (
+        "transformer.h.{i}.attn.c_proj",
+        "model.layers.{i}.self_attn.o_proj",
+        "layers.{i}.self_attn.o_proj",
+    ),
+    (
+        "transformer.h.{i}.ln_2",
+        "model.layers.{i}.post_attention_layernorm",
+        "layers.{i}.norm_2",
+    ),
+    (
+        "-",
+        "model.layers.{i}.mlp.gate_proj",
+        "layers.{i}.mlp.gate_proj",
+    ),
+    (
+        "transformer.h.{i}.mlp.c_fc",
+        "model.layers.{i}.mlp.up_proj",
+        "layers.{i}.mlp.up_proj",
+    ),
+    (
+        "transformer.h.{i}.mlp.c_proj",
+        "model.layers.{i}.mlp.down_proj",
+        "layers.{i}.mlp.down_proj",
+    ),
+    ("transformer.ln_f", "model.norm", "norm_f"),
+    ("lm_head.weight (tied)", "lm_head.weight", "lm_head.weight"),
+];
+
+/// Configuration of a decoder-only language model.
+#[derive(Config, Debug)]
+pub struct DecoderConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Number of blocks.
+    pub n_layers: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Longest sequence (GPT-2's `n_positions`, Llama's `max_position_embeddings`).
+    pub max_len: usize,
+    /// Key/value heads (GQA / MQA). Default: `n_heads`.
+    #[config(default = "None")]
+    pub n_kv_heads: Option<usize>,
+    /// Feed-forward width. Default: 4 × d_model, as GPT-2.
+    #[config(default = "None")]
+    pub d_ff: Option<usize>,
+    /// Positions. Default: learned, as GPT-2.
+    #[config(default = "PositionKind::Learned")]
+    pub positions: PositionKind,
+    /// Norm. Default: LayerNorm.
+    #[config(default = "NormKind::LayerNorm")]
+    pub norm: NormKind,
+    /// Norm epsilon. Default: 1e-5 (GPT-2's `layer_norm_epsilon`).
+    #[config(default = 1e-5)]
+    pub norm_eps: f64,
+    /// MLP non-linearity. Default: GELU-tanh (GPT-2's `gelu_new`).
+    #[config(default = "FfnActivation::GeluTanh")]
+    pub activation: FfnActivation,
+    /// Biases in attention and MLP. Default: true.
+    #[config(default = true)]
+    pub bias: bool,
+    /// One fused QKV projection (GPT-2). Default: true.
+    #[config(default = true)]
+    pub fused_qkv: bool,
+    /// LM head shares the token embedding. Default: true.
+    #[config(default = true)]
+    pub tie_embeddings: bool,
+    /// Dropout on embeddings, residuals and attention weights while training. Default: 0.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Initial weight std, N(0, std). Default: 0.02, as GPT-2.
+    #[config(default = 0.02)]
+    pub init_std: f64,
+}
+
+impl DecoderConfig {
+    /// GPT-2 small (124M parameters): 12 layers, 12 heads, width 768, 1024 positions,
+    /// vocabulary 50257 (Radford et al., 2019; HF `gpt2`).
+    pub fn gpt2_small() -> Self {
+        Self::new(50257, 768, 12, 12, 1024)
+    }
+
+    /// The seeds' character model: width 64, 4 heads, 4 layers, block 16, GPT style with
+    /// dropout 0.1.
+    pub fn char_gpt(vocab_size: usize) -> Self {
+        Self::new(vocab_size, 64, 4, 4, 16)
+            .with_activation(FfnActivation::Gelu)
+            .with_dropout(0.1)
+    }
+
+    /// A tiny Llama: RoPE (theta 10000, half-split), RMSNorm (eps 1e-6), SwiGLU of width
+    /// 172, 4 heads over 2 KV heads, no biases, untied head.
+    pub fn tiny_llama(vocab_size: usize, max_len: usize) -> Self {
+        Self::new(vocab_size, 64, 2, 4, max_len)
+            .llama_style()
+            .with_d_ff(Some(172))
+    }
+
+    /// Switches to the Llama family's blocks, keeping the sizes: RoPE, RMSNorm, SwiGLU
+    /// (width `8/3 · d_model` unless set), GQA with half the heads (when even), no
+    /// biases, separate projections, untied head.
+    pub fn llama_style(self) -> Self {
+        let kv = if self.n_heads % 2 == 0 {
+            self.n_heads / 2
+        } else {
+            self.n_heads
+        };
+        let d_ff = self.d_ff.unwrap_or(self.d_model * 8 / 3);
+        self.with_positions(PositionKind::Rope {
+            theta: 10000.0,
+            layout: RopeLayout::HalfSplit,
+        })
+        .with_norm(NormKind::RmsNorm)
+        .with_norm_eps(1e-6)
+        .with_activation(FfnActivation::SwiGlu)
+        .with_d_ff(Some(d_ff))
+        .with_n_kv_heads(Some(kv))
+        .with_bias(false)
+        .with_fused_qkv(false)
+        .with_tie_embeddings(false)
+    }
+
+    /// The block configuration every layer uses.
+    pub fn block(&self) -> TransformerBlockConfig {
+        let init = burn::nn::Initializer::Normal {
+            mean: 0.0,
+            std: self.init_std,
+        };
+        let mut attn = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
+            .with_n_kv_heads(self.n_kv_heads)
+            .with_fused_qkv(self.fused_qkv)
+            .with_qkv_bias(self.bias)
+            .with_out_bias(self.bias)
+            .with_dropout(self.dropout)
+            .with_initializer(init.clone());
+        if let PositionKind::Rope { theta, layout } = self.positions {
+            attn = attn
+                .with_rope_max_len(Some(self.max_len))
+                .with_rope_theta(theta)
+                .with_rope_layout(layout);
+        }
+        let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))
+            .with_activation(self.activation)
+            .with_bias(self.bias)
+            .with_initializer(init);
+        TransformerBlockConfig::new(attn, ffn)
+            .with_norm(self.norm)
+            .with_norm_eps(self.norm_eps)
+            .with_placement(NormPlacement::Pre)
+            .with_dropout(self.dropout)
+    }
+
+    /// Checks the sizes the blocks do not check themselves.
+    ///
+    /// # Errors
+    /// A zero size, with its name.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("max_len", self.max_len),
+        ] {
+            if v == 0 {
+                return Err(DecoderError::Config(format!("{name} must be > 0")));
+            }
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(DecoderError::Config(format!(
+                "dropout must be in [0, 1), got {}",
+                self.dropout
+            )));
+        }
+        self.block().attention.validate()?;
+        Ok(())
+    }
+}

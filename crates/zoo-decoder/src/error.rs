@@ -1,0 +1,43 @@
+//! The crate's error type.
+
+use zoo_attention::AttentionError;
+
+/// What can go wrong building or running a decoder.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecoderError {
+    /// A configuration value that cannot work.
+    #[error("invalid decoder config: {0}")]
+    Config(String),
+    /// A token id outside the vocabulary.
+    #[error(
+        "token id {id} at batch row {row}, position {position} is out of range for vocab_size {vocab_size}"
+    )]
+    TokenOutOfRange {
+        /// The id.
+        id: i64,
+        /// Its row.
+        row: usize,
+        /// Its position.
+        position: usize,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+    /// A sequence longer than the model's positions.
+    #[error("sequence of {len} tokens is longer than max_len {max_len}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The model's maximum.
+        max_len: usize,
+    },
+    /// Bad generation settings or prompts.
+    #[error("generation: {0}")]
+    Generation(String),
+    /// An error from the attention core.
+    #[error(transparent)]
+    Attention(#[from] AttentionError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = DecoderError> = std::result::Result<T, E>;

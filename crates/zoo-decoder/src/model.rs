@@ -1,0 +1,480 @@
+//! The decoder-only language model (Radford et al., 2019, GPT-2; Touvron et al., 2023,
+//! Llama): token embedding, optional learned positions, a stack of pre-norm blocks, a
+//! final norm and the LM head.
+
+use burn::module::Module;
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig,
+};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
+use zoo_attention::{BlockInput, KvCache, Mask, Norm, TransformerBlock};
+
+use crate::config::{DecoderConfig, PositionKind};
+use crate::error::{DecoderError, Result};
+
+/// A GPT-2 or Llama style causal language model.
+#[derive(Module, Debug)]
+pub struct DecoderLm {
+    /// Token embedding `[V, d_model]` (GPT-2 `wte`, Llama `embed_tokens`).
+    pub wte: Embedding,
+    /// Learned positions (GPT-2 `wpe`), absent with RoPE.
+    pub wpe: Option<LearnedPosition>,
+    /// Embedding dropout.
+    pub drop: Dropout,
+    /// The blocks (GPT-2 `h`, Llama `layers`).
+    pub layers: Vec<TransformerBlock>,
+    /// Final norm (GPT-2 `ln_f`, Llama `norm`).
+    pub norm_f: Norm,
+    /// Untied LM head `[d_model, V]`; `None` when tied to `wte`.
+    pub lm_head: Option<Linear>,
+    vocab_size: usize,
+    max_len: usize,
+}
+
+/// The input of a forward pass.
+#[derive(Debug, Clone)]
+pub struct DecoderInput {
+    tokens: Tensor<2, Int>,
+    key_padding: Option<Tensor<2, Bool>>,
+    positions: Option<Tensor<2, Int>>,
+    need_weights: bool,
+}
+
+impl DecoderInput {
+    /// Token ids `[B, T]`.
+    pub fn new(tokens: Tensor<2, Int>) -> Self {
+        Self {
+            tokens,
+            key_padding: None,
+            positions: None,
+            need_weights: false,
+        }
+    }
+
+    /// Padding keys, `[B, Tk]`, `true` at padding (left-padded batches). With a cache,
+    /// `Tk` covers the cached positions and the new ones.
+    pub fn key_padding(mut self, pad: Tensor<2, Bool>) -> Self {
+        self.key_padding = Some(pad);
+        self
+    }
+
+    /// The position of every token, `[B, T]`; by default `0..T` (or the cache's count
+    /// onwards).
+    pub fn positions(mut self, positions: Tensor<2, Int>) -> Self {
+        self.positions = Some(positions);
+        self
+    }
+
+    /// Returns every layer's attention weights.
+    pub fn with_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+}
+
+/// The output of a forward pass.
+#[derive(Debug, Clone)]
+pub struct DecoderOutput {
+    /// `[B, T, V]`
+    pub logits: Tensor<3>,
+    /// Per layer `[B, H, T, Tk]`, when asked for.
+    pub weights: Vec<Tensor<4>>,
+}
+
+/// One KV cache per layer.
+#[derive(Debug, Clone)]
+pub struct DecoderCache {
+    /// The layers' caches.
+    pub layers: Vec<KvCache>,
+}
+
+impl DecoderCache {
+    /// Positions seen so far.
+    pub fn seen(&self) -> usize {
+        self.layers.first().map_or(0, KvCache::seen)
+    }
+}
+
+impl DecoderConfig {
+    /// Validates and builds the model.
+    ///
+    /// # Errors
+    /// See [`DecoderConfig::validate`].
+    pub fn init(&self, device: &Device) -> Result<DecoderLm> {
+        self.validate()?;
+        let init = Initializer::Normal {
+            mean: 0.0,
+            std: self.init_std,
+        };
+        let block = self.block();
+        let layers = (0..self.n_layers)
+            .map(|_| block.init(device))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(DecoderLm {
+            wte: EmbeddingConfig::new(self.vocab_size, self.d_model)
+                .with_initializer(init.clone())
+                .init(device),
+            wpe: (self.positions == PositionKind::Learned).then(|| {
+                LearnedPositionConfig::new(self.max_len, self.d_model)
+                    .with_initializer(init.clone())
+                    .init(device)
+            }),
+            drop: DropoutConfig::new(self.dropout).init(),
+            layers,
+            norm_f: Norm::new(self.norm, self.d_model, self.norm_eps, device),
+            lm_head: (!self.tie_embeddings).then(|| {
+                LinearConfig::new(self.d_model, self.vocab_size)
+                    .with_bias(false)
+                    .with_initializer(init)
+                    .init(device)
+            }),
+            vocab_size: self.vocab_size,
+            max_len: self.max_len,
+        })
+    }
+}
+
+impl DecoderLm {
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Longest sequence.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// An empty cache for every layer, sized to the model's positions.
+    pub fn new_cache(&self) -> DecoderCache {
+        DecoderCache {
+            layers: self
+                .layers
+                .iter()
+                .map(|_| KvCache::new(self.max_len))
+                .collect(),
+        }
+    }
+
+    fn check_tokens(&self, tokens: &Tensor<2, Int>, offset: usize) -> Result<()> {
+        let [_, t] = tokens.dims();
+        if offset + t > self.max_len {
+            return Err(DecoderError::TooLong {
+                len: offset + t,
+                max_len: self.max_len,
+            });
+        }
+        let data = tokens.to_data();
+        let ids = data
+            .try_to_vec::<i64>()
+            .or_else(|_| {
+                data.try_to_vec::<i32>()
+                    .map(|v| v.into_iter().map(i64::from).collect())
+            })
+            .map_err(|e| DecoderError::Generation(format!("cannot read token ids: {e:?}")))?;
+        if let Some((i, &id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, id)| **id < 0 || **id as usize >= self.vocab_size)
+        {
+            return Err(DecoderError::TokenOutOfRange {
+                id,
+                row: i / t.max(1),
+                position: i % t.max(1),
+                vocab_size: self.vocab_size,
+            });
+        }
+        Ok(())
+    }
+
+    fn embed(
+        &self,
+        tokens: Tensor<2, Int>,
+        positions: Option<&Tensor<2, Int>>,
+        offset: usize,
+    ) -> Result<Tensor<3>> {
+        let [_, t] = tokens.dims();
+        let device = tokens.device();
+        let mut x = self.wte.forward(tokens);
+        if let Some(wpe) = &self.wpe {
+            x = match positions {
+                Some(p) => {
+                    let top = p.clone().max().into_scalar::<i64>();
+                    if top < 0 || top as usize >= self.max_len {
+                        return Err(DecoderError::TooLong {
+                            len: top.max(0) as usize + 1,
+                            max_len: self.max_len,
+                        });
+                    }
+                    x + wpe.embedding.forward(p.clone())
+                }
+                None => x + wpe.forward(t, offset, &device)?,
+            };
+        }
+        Ok(self.drop.forward(x))
+    }
+
+    /// The LM head: the tied embedding's transpose, or the untied projection.
+    ///
+    /// # Shapes
+    /// - `h`: `[B, T, d_model]` -> `[B, T, V]`
+    pub fn head(&self, h: Tensor<3>) -> Tensor<3> {
+        match &self.lm_head {
+            Some(head) => head.forward(h),
+            None => {
+                // [B, T, D] x [1, D, V] -> [B, T, V]; the same parameter as `wte`.
+                let w = self.wte.weight.val().transpose().unsqueeze::<3>();
+                h.matmul(w)
+            }
+        }
+    }
+
+    /// Logits for every position of a whole sequence, causally masked.
+    ///
+    /// # Shapes
+    /// - tokens `[B, T]` -> logits `[B, T, V]`
+    ///
+    /// # Errors
+    /// A token id outside the vocabulary, or `T > max_len`.
+    pub fn forward(&self, input: DecoderInput) -> Result<DecoderOutput> {
+        self.check_tokens(&input.tokens, 0)?;
+        let mut h = self.embed(input.tokens, input.positions.as_ref(), 0)?;
+        let mut mask = Mask::causal();
+        if let Some(pad) = input.key_padding {
+            mask = mask.with_key_padding(pad);
+        }
+        let mut weights = Vec::new();
+        for layer in &self.layers {
+            let mut bi = BlockInput::new(h).mask(mask.clone());
+            if let Some(p) = &input.positions {
+                bi = bi.with_positions(p.clone());
+            }
+            if input.need_weights {
+                bi = bi.with_weights();
+            }
+            let out = layer.forward(bi)?;
+            h = out.hidden;
+            weights.extend(out.self_weights);
+        }
+        Ok(DecoderOutput {
+            logits: self.head(self.norm_f.forward(h)),
+            weights,
+        })
+    }
+
+    /// Logits for `T` new tokens, reading and extending `cache`.
+    ///
+    /// # Shapes
+    /// - tokens `[B, T]` -> logits `[B, T, V]`
+    ///
+    /// # Errors
+    /// A token id outside the vocabulary, or the cache passing `max_len`.
+    pub fn forward_cached(
+        &self,
+        input: DecoderInput,
+        cache: &mut DecoderCache,
+    ) -> Result<DecoderOutput> {
+        let offset = cache.seen();
+        self.check_tokens(&input.tokens, offset)?;
+        if cache.layers.len() != self.layers.len() {
+            return Err(DecoderError::Generation(format!(
+                "cache has {} layers, the model {}",
+                cache.layers.len(),
+                self.layers.len()
+            )));
+        }
+        let mut h = self.embed(input.tokens, input.positions.as_ref(), offset)?;
+        let mask = match input.key_padding {
+            Some(pad) => Mask::none().with_key_padding(pad),
+            None => Mask::none(),
+        };
+        let mut weights = Vec::new();
+        for (layer, c) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            let mut bi = BlockInput::new(h).mask(mask.clone());
+            if let Some(p) = &input.positions {
+                bi = bi.with_positions(p.clone());
+            }
+            if input.need_weights {
+                bi = bi.with_weights();
+            }
+            let out = layer.forward_cached(bi, c)?;
+            h = out.hidden;
+            weights.extend(out.self_weights);
+        }
+        Ok(DecoderOutput {
+            logits: self.head(self.norm_f.forward(h)),
+            weights,
+        })
+    }
+}
+
+/// Mean cross-entropy over the positions where `mask` is true: padding and unpredicted
+/// positions do not count. Returns `[1]`.
+///
+/// # Shapes
+/// - `logits`: `[B, T, V]`, `targets`: `[B, T]`, `mask`: `[B, T]`
+pub fn masked_cross_entropy(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    mask: Tensor<2, Bool>,
+) -> Tensor<1> {
+    let [b, t, v] = logits.dims();
+    let logp = burn::tensor::activation::log_softmax(logits.reshape([b * t, v]), 1);
+    // [B T, V] gather [B T, 1] -> [B T]
+    let picked = logp.gather(1, targets.reshape([b * t, 1])).reshape([b * t]);
+    let weight = mask.reshape([b * t]).float();
+    let count = weight.clone().sum().clamp_min(1.0);
+    -(picked * weight).sum() / count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::Param;
+    use zoo_device::test_device;
+    use zoo_device::testing::max_abs_diff;
+
+    fn tokens(rows: &[&[i64]]) -> Tensor<2, Int> {
+        let t = rows[0].len();
+        let flat: Vec<i64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        Tensor::<1, Int>::from_ints(flat.as_slice(), &test_device()).reshape([rows.len(), t])
+    }
+
+    fn tiny_gpt() -> DecoderLm {
+        DecoderConfig::new(11, 16, 2, 4, 12)
+            .init(&test_device())
+            .unwrap()
+    }
+
+    #[test]
+    fn gpt2_small_has_124m_parameters() {
+        let m = DecoderConfig::gpt2_small().init(&test_device()).unwrap();
+        // 124,439,808 in HF's GPT2LMHeadModel (tied head counted once).
+        assert_eq!(m.num_params(), 124_439_808);
+    }
+
+    #[test]
+    fn llama_preset_has_the_llama_parts() {
+        let m = DecoderConfig::tiny_llama(32, 64)
+            .init(&test_device())
+            .unwrap();
+        assert!(m.wpe.is_none() && m.lm_head.is_some());
+        let attn = &m.layers[0].self_attn;
+        assert_eq!((attn.n_heads(), attn.n_kv_heads()), (4, 2));
+        assert!(attn.q_proj.as_ref().unwrap().bias.is_none());
+        assert!(m.layers[0].mlp.gate_proj.is_some());
+        assert!(matches!(m.norm_f, Norm::RmsNorm(_)));
+        let out = m.forward(DecoderInput::new(tokens(&[&[1, 2, 3]]))).unwrap();
+        assert_eq!(out.logits.dims(), [1, 3, 32]);
+    }
+
+    #[test]
+    fn tiny_model_values_follow_the_definition() {
+        // A zero model predicts uniformly: every logit is zero after the tied head.
+        let mut m = tiny_gpt();
+        m.wte.weight = Param::from_tensor(Tensor::zeros([11, 16], &test_device()));
+        let logits = m
+            .forward(DecoderInput::new(tokens(&[&[1, 2]])))
+            .unwrap()
+            .logits;
+        let v = logits.into_data().try_to_vec::<f32>().unwrap();
+        assert!(v.iter().all(|x| x.abs() < 1e-6));
+    }
+
+    #[test]
+    fn tied_head_shares_the_embedding() {
+        let mut m = tiny_gpt();
+        assert!(m.lm_head.is_none());
+        let input = DecoderInput::new(tokens(&[&[1, 2, 3]]));
+        let before = m.forward(input.clone()).unwrap().logits;
+        // Change the embedding row of token 7 only: inputs do not use it, so only the
+        // head's column 7 can change.
+        let dev = test_device();
+        let w = m.wte.weight.val();
+        let row = Tensor::<2>::ones([1, 16], &dev);
+        m.wte.weight = Param::from_tensor(w.slice_assign([7..8, 0..16], row));
+        let after = m.forward(input).unwrap().logits;
+        let col = |t: Tensor<3>, c: usize| t.slice([0..1, 0..3, c..c + 1]);
+        assert!(max_abs_diff(&col(before.clone(), 3), &col(after.clone(), 3)) < 1e-6);
+        assert!(max_abs_diff(&col(before, 7), &col(after, 7)) > 1e-3);
+    }
+
+    #[test]
+    fn bad_tokens_and_lengths_are_clear_errors() {
+        let m = tiny_gpt();
+        let e = m
+            .forward(DecoderInput::new(tokens(&[&[1, 11]])))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "token id 11 at batch row 0, position 1 is out of range for vocab_size 11"
+        );
+        let long: Vec<i64> = vec![1; 13];
+        let e = m.forward(DecoderInput::new(tokens(&[&long]))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sequence of 13 tokens is longer than max_len 12"
+        );
+    }
+
+    #[test]
+    fn loss_ignores_padding() {
+        let dev = test_device();
+        let m = tiny_gpt();
+        let logits = m
+            .forward(DecoderInput::new(tokens(&[&[1, 2, 3, 4]])))
+            .unwrap()
+            .logits;
+        let targets = tokens(&[&[2, 3, 4, 5]]);
+        let mask = Tensor::<2, Bool>::from_data(
+            burn::tensor::TensorData::new(vec![true, true, false, false], [1, 4]),
+            &dev,
+        );
+        let loss = masked_cross_entropy(logits.clone(), targets.clone(), mask.clone())
+            .into_scalar::<f32>();
+        // Changing the padded targets changes nothing.
+        let other = tokens(&[&[2, 3, 9, 0]]);
+        let loss2 = masked_cross_entropy(logits.clone(), other, mask).into_scalar::<f32>();
+        assert_eq!(loss, loss2);
+        // And it equals the mean NLL of the two counted positions, computed by hand.
+        let logp = burn::tensor::activation::log_softmax(logits, 2)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let expected = -(logp[2] + logp[11 + 3]) / 2.0;
+        assert!((loss - expected).abs() < 1e-5);
+    }
+
+    #[test]
+    fn cached_forward_equals_full_forward() {
+        for cfg in [
+            DecoderConfig::new(11, 16, 2, 4, 12),
+            DecoderConfig::tiny_llama(11, 12),
+        ] {
+            let m = cfg.init(&test_device()).unwrap();
+            let toks = tokens(&[&[1, 2, 3, 4, 5], &[6, 7, 8, 9, 10]]);
+            let full = m.forward(DecoderInput::new(toks.clone())).unwrap().logits;
+            let mut cache = m.new_cache();
+            let a = m
+                .forward_cached(
+                    DecoderInput::new(toks.clone().slice([0..2, 0..3])),
+                    &mut cache,
+                )
+                .unwrap()
+                .logits;
+            let b = m
+                .forward_cached(
+                    DecoderInput::new(toks.clone().slice([0..2, 3..4])),
+                    &mut cache,
+                )
+                .unwrap()
+                .logits;
+            let c = m
+                .forward_cached(DecoderInput::new(toks.slice([0..2, 4..5])), &mut cache)
+                .unwrap()
+                .logits;
+            assert!(max_abs_diff(&full, &Tensor::cat(vec![a, b, c], 1)) < 1e-4);
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! One way for every program and test of the zoo to turn a backend name into a Burn
+//! [`Device`].
+//!
+//! The backends are cargo features of this crate (`flex`, the default, `ndarray`, `wgpu`,
+//! `tch`, `cuda`). Features only choose what is compiled in; which compiled backend runs is
+//! chosen at run time with [`BackendName`] (`--device flex|ndarray|wgpu|tch|tch-cuda|cuda`
+//! in the examples). Asking for a backend that was not compiled in, or that finds no
+//! device, is a [`DeviceError`] whose message names the feature to enable.
+//!
+//! ```
+//! use zoo_device::{BackendName, select};
+//! let device = select(BackendName::Flex)?;
+//! # Ok::<(), zoo_device::DeviceError>(())
+//! ```
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::{Device, Tensor};
+
+/// The backends the zoo knows about, by the name users type after `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendName {
+    /// burn-flex, the pure-Rust CPU backend (feature `flex`, the default).
+    Flex,
+    /// burn-ndarray on the CPU (feature `ndarray`).
+    NdArray,
+    /// burn-wgpu through CubeCL: Vulkan, Metal, DX12, or lavapipe on a CPU (feature `wgpu`).
+    Wgpu,
+    /// libtorch on the CPU (feature `tch`).
+    Tch,
+    /// libtorch on CUDA device 0 (feature `tch`).
+    TchCuda,
+    /// CubeCL CUDA on device 0 (feature `cuda`).
+    Cuda,
+}
+
+/// Every backend name, in the order the backend matrix runs them.
+pub const ALL_BACKENDS: [BackendName; 6] = [
+    BackendName::Flex,
+    BackendName::NdArray,
+    BackendName::Wgpu,
+    BackendName::Tch,
+    BackendName::TchCuda,
+    BackendName::Cuda,
+];
+
+impl BackendName {
+    /// The name as typed after `--device`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Flex => "flex",
+            Self::NdArray => "ndarray",
+            Self::Wgpu => "wgpu",
+            Self::Tch => "tch",
+            Self::TchCuda => "tch-cuda",
+            Self::Cuda => "cuda",
+        }
+    }
+
+    /// The cargo feature that compiles this backend in.
+    pub fn feature(self) -> &'static str {
+        match self {
+            Self::Flex => "flex",
+            Self::NdArray => "ndarray",
+            Self::Wgpu => "wgpu",
+            Self::Tch | Self::TchCuda => "tch",
+            Self::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build has the backend compiled in.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            Self::Flex => cfg!(feature = "flex"),
+            Self::NdArray => cfg!(feature = "ndarray"),
+            Self::Wgpu => cfg!(feature = "wgpu"),
+            Self::Tch | Self::TchCuda => cfg!(feature = "tch"),
+            Self::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+}
+
+impl fmt::Display for BackendName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BackendName {
+    type Err = DeviceError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ALL_BACKENDS
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| DeviceError::UnknownBackend(s.to_string()))
+    }
+}
+
+/// Why a backend could not be turned into a device.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// The name is not one the zoo knows.
+    #[error("unknown backend '{0}': expected one of flex, ndarray, wgpu, tch, tch-cuda, cuda")]
+    UnknownBackend(String),
+    /// The backend exists but this build was compiled without it.
+    #[error(
+        "backend '{backend}' is not compiled into this build: rebuild with `--features {feature}`"
+    )]
+    NotCompiled {
+        /// The backend asked for.
+        backend: BackendName,
+        /// The cargo feature that enables it.
+        feature: &'static str,
+    },
+    /// The backend is compiled in but found no device to run on.
+    #[error("backend '{backend}' found no device: {reason}")]
+    NoDevice {
+        /// The backend asked for.
+        backend: BackendName,
+        /// What is missing, and how to get it.
+        reason: String,
+    },
+}
+
+/// Turns a backend name into a ready device, checking that it was compiled in and that it
+/// can run a tensor operation here.
+///
+/// # Errors
+/// [`DeviceError::NotCompiled`] when the feature is off, [`DeviceError::NoDevice`] when the
+/// backend finds no adapter, driver or library.
+pub fn select(backend: BackendName) -> Result<Device, DeviceError> {
+    if !backend.is_compiled() {
+        return Err(DeviceError::NotCompiled {
+            backend,
+            feature: backend.feature(),
+        });
+    }
+    let device = construct(backend)?;
+    probe(backend, &device)?;
+    Ok(device)
+}
+
+/// Parses a name as typed after `--device` and selects it: see [`select`].
+///
+/// # Errors
+/// [`DeviceError::UnknownBackend`] for a name the zoo does not know, else as [`select`].
+pub fn select_by_name(name: &str) -> Result<Device, DeviceError> {
+    select(name.parse()?)
+}
+
+/// The backends compiled into this build, whether or not they find a device.
+pub fn compiled_backends() -> Vec<BackendName> {
+    ALL_BACKENDS
+        .into_iter()
+        .filter(|b| b.is_compiled())
+        .collect()
+}
+
+#[allow(deprecated)] // burn-ndarray and burn-tch are deprecated upstream but are backends our users run
+fn construct(backend: BackendName) -> Result<Device, DeviceError> {
+    let no_device = |reason: &str| DeviceError::NoDevice {
+        backend,
+        reason: reason.to_string(),
+    };
+    match backend {
+        #[cfg(feature = "flex")]
+        BackendName::Flex => Ok(Device::flex()),
+        #[cfg(feature = "ndarray")]
+        BackendName::NdArray => Ok(Device::ndarray()),
+        #[cfg(feature = "wgpu")]
+        BackendName::Wgpu => {
+            if burn::tensor::Device::enumerate(burn::tensor::DeviceType::Wgpu).is_empty() {
+                return Err(no_device(
+                    "no GPU adapter; on a CPU-only Linux machine install software Vulkan \
+                     (apt-get install mesa-vulkan-drivers libvulkan1)",
+                ));
+            }
+            Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice))
+        }
+        #[cfg(feature = "tch")]
+        BackendName::Tch => Ok(Device::libtorch()),
+        #[cfg(feature = "tch")]
+        BackendName::TchCuda => Ok(Device::libtorch_cuda(0)),
+        #[cfg(feature = "cuda")]
+        BackendName::Cuda => {
+            if burn::tensor::Device::enumerate(burn::tensor::DeviceType::Cuda).is_empty() {
+                return Err(no_device("no CUDA device or driver found"));
+            }
+            Ok(Device::cuda(0))
+        }
+        #[allow(unreachable_patterns)] // every arm above may be compiled out
+        _ => {
+            let _ = no_device;
+            Err(DeviceError::NotCompiled {
+                backend,
+                feature: backend.feature(),
+            })
+        }
+    }
+}
+
+/// Runs one small operation so that a backend with no usable device fails here, with a
+/// message, rather than later inside a kernel.
+fn probe(backend: BackendName, device: &Device) -> Result<(), DeviceError> {
+    let device = device.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(move || {
+        let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
+        x.sum().into_scalar::<f32>()
+    });
+    std::panic::set_hook(previous);
+    match result {
+        Ok(v) if (v - 3.0).abs() < 1e-6 => Ok(()),
+        Ok(v) => Err(DeviceError::NoDevice {
+            backend,
+            reason: format!("a test sum gave {v} instead of 3"),
+        }),
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("the backend panicked on its first operation");
+            Err(DeviceError::NoDevice {
+                backend,
+                reason: msg.lines().next().unwrap_or_default().to_string(),
+            })
+        }
+    }
+}
+
+/// The device that tests run on: the backend named by the `ZOO_TEST_DEVICE` environment
+/// variable, or flex when it is unset. The backend matrix sets the variable.
+///
+/// # Panics
+/// When the variable names a backend that cannot be selected: a matrix run on a missing
+/// backend must fail, not pass on another one.
+pub fn test_device() -> Device {
+    let backend = test_backend();
+    match select(backend) {
+        Ok(d) => d,
+        Err(e) => panic!("ZOO_TEST_DEVICE={backend}: {e}"),
+    }
+}
+
+/// The backend named by `ZOO_TEST_DEVICE` (flex when unset).
+///
+/// # Panics
+/// When the variable holds a name the zoo does not know.
+pub fn test_backend() -> BackendName {
+    match std::env::var("ZOO_TEST_DEVICE") {
+        Ok(name) if !name.is_empty() => name
+            .parse()
+            .unwrap_or_else(|e| panic!("ZOO_TEST_DEVICE: {e}")),
+        _ => BackendName::Flex,
+    }
+}
+
+/// Records that a test skipped its body, for the backend matrix's skip count.
+///
+/// The matrix sets `ZOO_SKIP_LOG` to a file; each call appends one line naming the test and
+/// the reason, so `cargo xtask ci` can report skipped tests and fail when a required backend
+/// was skipped. Without the variable this only logs.
+pub fn record_skip(test: &str, reason: &str) {
+    log::warn!("skipped {test}: {reason}");
+    if let Ok(path) = std::env::var("ZOO_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{test}\t{reason}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for b in ALL_BACKENDS {
+            assert_eq!(b.as_str().parse::<BackendName>(), Ok(b));
+        }
+        assert_eq!(
+            "vulkan".parse::<BackendName>(),
+            Err(DeviceError::UnknownBackend("vulkan".into()))
+        );
+    }
+
+    #[test]
+    fn missing_backend_names_its_feature() {
+        let err = DeviceError::NotCompiled {
+            backend: BackendName::Wgpu,
+            feature: "wgpu",
+        };
+        assert_eq!(
+            err.to_string(),
+            "backend 'wgpu' is not compiled into this build: rebuild with `--features wgpu`"
+        );
+        for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_compiled()) {
+            assert!(matches!(select(b), Err(DeviceError::NotCompiled { .. })));
+        }
+    }
+
+    #[test]
+    fn flex_runs() {
+        if cfg!(feature = "flex") {
+            let d = select(BackendName::Flex).unwrap();
+            let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &d);
+            assert_eq!(x.sum().into_scalar::<f32>(), 6.0);
+        }
+    }
+}
+
+/// Small helpers for tests that compare tensors, shared by every crate's tests.
+pub mod testing {
+    use burn::tensor::Tensor;
+
+    /// Largest absolute difference between two tensors of the same shape.
+    ///
+    /// # Panics
+    /// When the shapes differ.
+    pub fn max_abs_diff<const D: usize>(a: &Tensor<D>, b: &Tensor<D>) -> f32 {
+        assert_eq!(a.dims(), b.dims(), "shapes differ");
+        let a = a.clone().to_device(&b.device());
+        (a - b.clone()).abs().max().into_scalar::<f32>()
+    }
+
+    /// Asserts that two tensors agree within `tol`, absolute.
+    ///
+    /// # Panics
+    /// When they do not.
+    pub fn assert_close<const D: usize>(a: &Tensor<D>, b: &Tensor<D>, tol: f32) {
+        let d = max_abs_diff(a, b);
+        assert!(d <= tol, "max abs difference {d} > {tol}");
+    }
+}

@@ -1,0 +1,59 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong setting up or running a training.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    /// A configuration value that cannot work.
+    #[error("invalid train config: {0}")]
+    Config(String),
+    /// The loss became NaN or infinite; the model kept is the last one before that step.
+    #[error(
+        "loss is {value} at epoch {epoch}, step {step}; training stopped, the last good weights are kept"
+    )]
+    NonFiniteLoss {
+        /// The epoch (1-based).
+        epoch: usize,
+        /// The step within the run (1-based, counting every optimiser step).
+        step: usize,
+        /// The loss value.
+        value: f32,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A checkpoint or config could not be (de)serialised.
+    #[error("{0}")]
+    Format(String),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
+    move |source| TrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a crash never
+/// leaves a half-written file under the final name.
+pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}

@@ -1,0 +1,382 @@
+//! `fit`: a model, a data set and a [`TrainConfig`] in; a trained, checkpointed,
+//! resumable model out, through burn-train's `SupervisedTraining`.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
+use burn::grad_clipping::GradientClippingConfig;
+use burn::optim::AdamWConfig;
+use burn::tensor::Device;
+use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError, KeepLastNCheckpoints};
+use burn::train::metric::store::{Aggregate, Direction, Split};
+use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
+use burn::train::{
+    ExecutionStrategy, InferenceStep, Learner, LearnerModel, MetricEarlyStoppingStrategy,
+    MultiDeviceOptim, StoppingCondition, SupervisedTraining, TrainStep,
+};
+
+use crate::config::{Strategy, TrainConfig};
+use crate::error::{Result, TrainError, io_err, write_atomic};
+use crate::render::{ReportRenderer, SplitReport};
+use crate::schedule::WarmupCosine;
+use crate::task::{CausalLmTask, ClassLogits, ClassificationTask, Guarded, NanGuard, TokenLogits};
+
+/// A task the learner can train: it knows its metrics.
+pub trait Task: LearnerModel + Guarded + Sized {
+    /// Registers the task's train and validation metrics.
+    fn add_metrics(training: SupervisedTraining<Self>) -> SupervisedTraining<Self>;
+}
+
+impl<M: TokenLogits> Task for CausalLmTask<M> {
+    fn add_metrics(t: SupervisedTraining<Self>) -> SupervisedTraining<Self> {
+        t.metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .metric_train_numeric(PerplexityMetric::new())
+            .metric_valid_numeric(PerplexityMetric::new())
+            .metric_train_numeric(AccuracyMetric::new())
+            .metric_valid_numeric(AccuracyMetric::new())
+            .metric_train_numeric(LearningRateMetric::new())
+    }
+}
+
+impl<M: ClassLogits> Task for ClassificationTask<M> {
+    fn add_metrics(t: SupervisedTraining<Self>) -> SupervisedTraining<Self> {
+        t.metric_train_numeric(LossMetric::new())
+            .metric_valid_numeric(LossMetric::new())
+            .metric_train_numeric(AccuracyMetric::new())
+            .metric_valid_numeric(AccuracyMetric::new())
+            .metric_train_numeric(LearningRateMetric::new())
+    }
+}
+
+/// How to run [`fit`] beyond its config.
+#[derive(Default)]
+pub struct FitOptions {
+    /// Continue from the last complete checkpoint in the artifact folder.
+    pub resume: bool,
+    /// Called at the end of every train and validation split (when stdout is not a
+    /// terminal; on a terminal burn-train's TUI shows progress).
+    pub report: Option<Box<dyn FnMut(&SplitReport) + Send + Sync>>,
+}
+
+/// What [`fit`] returns.
+#[derive(Debug)]
+pub struct FitResult<T> {
+    /// The trained task (its model inside), in inference mode.
+    pub task: T,
+    /// Per epoch, `split_metric` -> mean over the epoch's batches, from burn-train's logs.
+    pub epochs: Vec<BTreeMap<String, f64>>,
+    /// Where the per-epoch table was written.
+    pub metrics_csv: PathBuf,
+}
+
+/// Writes each checkpoint through a temporary file and a rename, so a kill during a
+/// write never leaves a corrupt checkpoint under its final name.
+pub struct AtomicFileCheckpointer {
+    directory: PathBuf,
+    name: String,
+}
+
+impl AtomicFileCheckpointer {
+    /// Checkpoints named `{name}-{epoch}.bpk` in `directory`.
+    pub fn new(directory: &Path, name: &str) -> Self {
+        std::fs::create_dir_all(directory).ok();
+        Self {
+            directory: directory.to_path_buf(),
+            name: name.to_string(),
+        }
+    }
+
+    fn path(&self, epoch: usize) -> PathBuf {
+        self.directory.join(format!("{}-{epoch}.bpk", self.name))
+    }
+}
+
+impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
+    fn save(&self, epoch: usize, record: R) -> std::result::Result<(), CheckpointerError> {
+        let path = self.path(epoch);
+        let tmp = self
+            .directory
+            .join(format!(".{}-{epoch}.bpk.tmp", self.name));
+        record.save(tmp.clone())?;
+        std::fs::rename(&tmp, &path).map_err(CheckpointerError::IOError)
+    }
+
+    fn restore(&self, epoch: usize) -> std::result::Result<R, CheckpointerError> {
+        R::load(self.path(epoch))
+    }
+
+    fn delete(&self, epoch: usize) -> std::result::Result<(), CheckpointerError> {
+        let path = self.path(epoch);
+        if path.exists() {
+            std::fs::remove_file(path).map_err(CheckpointerError::IOError)?;
+        }
+        Ok(())
+    }
+}
+
+/// The last epoch whose model, optimiser and scheduler checkpoints all exist.
+pub fn last_complete_checkpoint(artifact_dir: &Path) -> Option<usize> {
+    let dir = artifact_dir.join("checkpoint");
+    let entries = std::fs::read_dir(&dir).ok()?;
+    let epochs = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| {
+            n.strip_prefix("model-")?
+                .strip_suffix(".bpk")?
+                .parse::<usize>()
+                .ok()
+        });
+    epochs
+        .filter(|e| {
+            ["optim", "scheduler"]
+                .iter()
+                .all(|n| dir.join(format!("{n}-{e}.bpk")).exists())
+        })
+        .max()
+}
+
+/// Trains `task` on `train`, validating on `valid` after every epoch.
+///
+/// Writes `config.json`, checkpoints (atomically), burn-train's logs and `metrics.csv` to
+/// the artifact folder. With `options.resume` it continues from the last complete
+/// checkpoint there, with the model, optimiser and schedule state.
+///
+/// # Errors
+/// An invalid config, no device, an unwritable folder, or a NaN / infinite loss (named
+/// with its step; the model's weights are then those before that step).
+pub fn fit<T, I, B>(
+    task: T,
+    train: Vec<I>,
+    valid: Vec<I>,
+    batcher: B,
+    cfg: &TrainConfig,
+    devices: &[Device],
+    mut options: FitOptions,
+) -> Result<FitResult<T>>
+where
+    T: Task,
+    I: Clone + Send + Sync + core::fmt::Debug + 'static,
+    B: Batcher<I, <T as TrainStep>::Input> + Clone + 'static,
+    T: InferenceStep<Input = <T as TrainStep>::Input>,
+    <T as TrainStep>::Input: Clone + core::fmt::Debug + Send + Sync,
+{
+    cfg.validate(train.len())?;
+    if valid.is_empty() {
+        return Err(TrainError::Config("the validation set is empty".into()));
+    }
+    let device = devices
+        .first()
+        .ok_or_else(|| TrainError::Config("no device given".into()))?
+        .clone();
+    let strategy = match cfg.strategy {
+        Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
+        Strategy::MultiDevice => {
+            if devices.len() < 2 {
+                return Err(TrainError::Config(format!(
+                    "the multi-device strategy needs at least 2 devices, got {}",
+                    devices.len()
+                )));
+            }
+            ExecutionStrategy::MultiDevice(
+                devices.iter().map(|d| d.clone().autodiff()).collect(),
+                MultiDeviceOptim::OptimMainDevice,
+            )
+        }
+    };
+    let dir = cfg.artifact_dir.clone();
+    if !options.resume && dir.join("checkpoint").exists() {
+        // A fresh run must not mix with an old one's checkpoints and logs.
+        for sub in ["checkpoint", "train", "valid"] {
+            let p = dir.join(sub);
+            if p.exists() {
+                std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+            }
+        }
+    }
+    cfg.save()?;
+    device.seed(cfg.seed);
+    let ad = device.clone().autodiff();
+
+    let loader_train = DataLoaderBuilder::new(batcher.clone())
+        .batch_size(cfg.batch_size)
+        .shuffle(cfg.seed)
+        .num_workers(cfg.num_workers)
+        .set_device(ad.clone())
+        .build(InMemDataset::new(train.clone()));
+    let loader_valid = DataLoaderBuilder::new(batcher)
+        .batch_size(cfg.batch_size)
+        .num_workers(cfg.num_workers)
+        .set_device(device.clone())
+        .build(InMemDataset::new(valid));
+
+    let ckpt = dir.join("checkpoint");
+    let mut training = SupervisedTraining::new(&dir, loader_train, loader_valid)
+        .with_custom_checkpointers(
+            AtomicFileCheckpointer::new(&ckpt, "model"),
+            AtomicFileCheckpointer::new(&ckpt, "optim"),
+            AtomicFileCheckpointer::new(&ckpt, "scheduler"),
+        )
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(cfg.keep_checkpoints))
+        .with_training_strategy(strategy.into())
+        .num_epochs(cfg.epochs);
+    training = T::add_metrics(training);
+    if cfg.grad_accumulation > 1 {
+        training = training.grads_accumulation(cfg.grad_accumulation);
+    }
+    if let Some(n) = cfg.early_stopping_patience {
+        training = training.early_stopping(MetricEarlyStoppingStrategy::new(
+            &LossMetric::new(),
+            Aggregate::Mean,
+            Direction::Lowest,
+            Split::Valid,
+            StoppingCondition::NoImprovementSince { n_epochs: n },
+        ));
+    }
+    let start_epoch = if options.resume {
+        last_complete_checkpoint(&dir)
+    } else {
+        None
+    };
+    if let Some(epoch) = start_epoch {
+        training = training.checkpoint(epoch);
+    }
+    if !std::io::stdout().is_terminal() {
+        let sink = options
+            .report
+            .take()
+            .unwrap_or_else(|| Box::new(|_: &SplitReport| {}));
+        training = training.renderer(Box::new(ReportRenderer::new(sink)));
+    }
+    let guard = NanGuard::new(training.interrupter());
+    let task = task.guarded(guard.clone()).to_device(&ad);
+
+    let mut optim = AdamWConfig::new()
+        .with_beta_1(cfg.betas.0)
+        .with_beta_2(cfg.betas.1)
+        .with_weight_decay(cfg.weight_decay);
+    if let Some(c) = cfg.grad_clip {
+        optim = optim.with_grad_clipping(Some(GradientClippingConfig::Norm(c)));
+    }
+    let total = cfg.total_steps(train.len());
+    let schedule = WarmupCosine::new(cfg.lr, cfg.min_lr, cfg.warmup_steps, total);
+    let result = training.launch(Learner::new(task, optim.init(), schedule));
+
+    if let Some((step, value)) = guard.tripped() {
+        let per_epoch = train.len().div_ceil(cfg.batch_size).max(1);
+        return Err(TrainError::NonFiniteLoss {
+            epoch: start_epoch.unwrap_or(0) + (step - 1) / per_epoch + 1,
+            step,
+            value,
+        });
+    }
+    let epochs = read_epoch_means(&dir)?;
+    let metrics_csv = dir.join("metrics.csv");
+    write_atomic(&metrics_csv, metrics_table(&epochs).as_bytes())?;
+    Ok(FitResult {
+        task: result.model,
+        epochs,
+        metrics_csv,
+    })
+}
+
+/// Reads burn-train's per-epoch metric logs (`{split}/epoch-{n}/{Metric}.log`, one
+/// batch value a line, optionally `value,count`) into per-epoch means.
+pub fn read_epoch_means(dir: &Path) -> Result<Vec<BTreeMap<String, f64>>> {
+    let mut epochs: BTreeMap<usize, BTreeMap<String, f64>> = BTreeMap::new();
+    for split in ["train", "valid"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(split)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(epoch) = name
+                .strip_prefix("epoch-")
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            for f in std::fs::read_dir(e.path())
+                .map_err(io_err(&e.path()))?
+                .flatten()
+            {
+                let fname = f.file_name().to_string_lossy().to_string();
+                let Some(metric) = fname.strip_suffix(".log") else {
+                    continue;
+                };
+                let text = std::fs::read_to_string(f.path()).map_err(io_err(&f.path()))?;
+                let (mut sum, mut n) = (0.0, 0.0);
+                for line in text.lines() {
+                    let mut parts = line.split(',');
+                    let Some(v) = parts.next().and_then(|v| v.trim().parse::<f64>().ok()) else {
+                        continue;
+                    };
+                    let w = parts
+                        .next()
+                        .and_then(|c| c.trim().parse::<f64>().ok())
+                        .unwrap_or(1.0);
+                    sum += v * w;
+                    n += w;
+                }
+                if n > 0.0 {
+                    let key = format!("{split}_{}", metric.to_lowercase());
+                    epochs.entry(epoch).or_default().insert(key, sum / n);
+                }
+            }
+        }
+    }
+    let last = epochs.keys().max().copied().unwrap_or(0);
+    Ok((1..=last)
+        .map(|e| epochs.remove(&e).unwrap_or_default())
+        .collect())
+}
+
+/// The per-epoch table as CSV: `epoch` then one column per `split_metric`.
+pub fn metrics_table(epochs: &[BTreeMap<String, f64>]) -> String {
+    let mut columns: Vec<&String> = epochs.iter().flat_map(|e| e.keys()).collect();
+    columns.sort();
+    columns.dedup();
+    let mut out = String::from("epoch");
+    for c in &columns {
+        out.push(',');
+        out.push_str(c);
+    }
+    out.push('\n');
+    for (i, e) in epochs.iter().enumerate() {
+        out.push_str(&(i + 1).to_string());
+        for c in &columns {
+            out.push(',');
+            if let Some(v) = e.get(*c) {
+                out.push_str(&format!("{v}"));
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The shared [`NanGuard`] type, for tasks built outside [`fit`].
+pub type SharedGuard = Arc<NanGuard>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_has_a_column_per_metric() {
+        let mut a = BTreeMap::new();
+        a.insert("train_loss".to_string(), 2.0);
+        a.insert("valid_loss".to_string(), 2.5);
+        let mut b = BTreeMap::new();
+        b.insert("train_loss".to_string(), 1.0);
+        assert_eq!(
+            metrics_table(&[a, b]),
+            "epoch,train_loss,valid_loss\n1,2,2.5\n2,1,\n"
+        );
+    }
+}

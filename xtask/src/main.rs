@@ -1,0 +1,655 @@
+//! Workspace tasks, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
+//!
+//! * `setup` makes sure a Python virtual environment under the cache root holds
+//!   `torch==2.9.0`; the `tch` backend links against the libtorch shipped inside it.
+//! * `ci` is the whole check a change must pass: formatting, clippy (every backend,
+//!   CUDA included), the test suite on `flex` (doctests included), then the unit and
+//!   integration tests again on `ndarray`, `wgpu` and `tch`, and a per-backend summary.
+//! * `bench <what> [args...]` runs one binary of the `zoo-bench` package.
+//!
+//! Every cargo command started here gets the same libtorch environment, so cargo never
+//! sees a changed environment between runs and never rebuilds `torch-sys` for that reason.
+//! The task uses only the standard library, so it builds in a moment before anything else.
+
+use std::env;
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The torch release whose libtorch the `tch` backend is built against.
+const TORCH_VERSION: &str = "2.9.0";
+
+/// Backend features every build and test run switches on together, so that one build
+/// of Burn serves all backends and switching `ZOO_TEST_DEVICE` never recompiles.
+const MATRIX_FEATURES: &str = "zoo-device/flex,zoo-device/ndarray,zoo-device/wgpu,zoo-device/tch";
+
+/// Backends run by the matrix step, after the full suite has passed on `flex`.
+const MATRIX_BACKENDS: [&str; 3] = ["ndarray", "wgpu", "tch"];
+
+/// Backends that must not skip any test in CI: the CI machine provides them for real.
+const MUST_RUN_BACKENDS: [&str; 2] = ["wgpu", "tch"];
+
+/// Errors are reported to the user as one message, then the task exits with 1.
+type Result<T> = std::result::Result<T, String>;
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [args...]
+
+tasks:
+  setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
+  ci                    fmt check, clippy, tests on flex, then tests on ndarray, wgpu and tch
+  bench <what> [args]   run binary <what> of the zoo-bench package on flex
+  help                  print this message
+
+environment:
+  ZOO_CACHE             cache root (default: $HOME/.cache/burn-model-zoo)
+  ZOO_CI_BACKENDS       comma list restricting the ci backend matrix (local use; partial run)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let outcome = match args.first().map(String::as_str) {
+        None | Some("help" | "-h" | "--help") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some("setup") => setup().map(|_| true),
+        Some("ci") => ci(),
+        Some("bench") => bench(&args[1..]),
+        Some(other) => {
+            eprintln!("error: unknown task `{other}`\n");
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: cargo commands run from there whatever the caller's directory.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// `$ZOO_CACHE`, else `$HOME/.cache/burn-model-zoo`: shared with `.ci/run`.
+fn cache_root() -> Result<PathBuf> {
+    if let Some(dir) = env::var_os("ZOO_CACHE").filter(|dir| !dir.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = env::var_os("HOME").ok_or("neither ZOO_CACHE nor HOME is set")?;
+    Ok(Path::new(&home).join(".cache").join("burn-model-zoo"))
+}
+
+fn venv_dir() -> Result<PathBuf> {
+    Ok(cache_root()?.join("venv"))
+}
+
+/// Whether the venv's python imports torch of exactly [`TORCH_VERSION`] (any local
+/// suffix such as `+cu128` allowed). Missing python counts as "no".
+fn venv_has_torch(venv: &Path) -> bool {
+    let check = format!(
+        "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='{TORCH_VERSION}' else 1)"
+    );
+    Command::new(venv.join("bin").join("python"))
+        .args(["-c", &check])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Runs a command with inherited output and turns a failure into a message naming it.
+fn run_checked(command: &mut Command, what: &str) -> Result<()> {
+    println!("+ {}", describe(command));
+    let status = command
+        .status()
+        .map_err(|err| format!("{what}: cannot start `{}`: {err}", describe(command)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}
+
+/// Makes sure `<cache>/venv` holds torch [`TORCH_VERSION`]; returns the venv path.
+/// Quick when already done, so every task can call it first.
+fn setup() -> Result<PathBuf> {
+    let venv = venv_dir()?;
+    if venv_has_torch(&venv) {
+        println!("setup: torch {TORCH_VERSION} present in {}", venv.display());
+        return Ok(venv);
+    }
+    println!(
+        "setup: torch {TORCH_VERSION} not found in {}; installing it",
+        venv.display()
+    );
+    if !venv.join("bin").join("python").exists() {
+        let parent = venv.parent().unwrap_or(&venv);
+        fs::create_dir_all(parent)
+            .map_err(|err| format!("cannot create {}: {err}", parent.display()))?;
+        run_checked(
+            Command::new("python3").arg("-m").arg("venv").arg(&venv),
+            "creating the virtual environment (is python3-venv installed?)",
+        )?;
+    }
+    run_checked(
+        Command::new(venv.join("bin").join("pip"))
+            .arg("install")
+            .arg(format!("torch=={TORCH_VERSION}")),
+        &format!("pip install torch=={TORCH_VERSION}"),
+    )?;
+    if !venv_has_torch(&venv) {
+        return Err(format!(
+            "pip finished but {} still cannot import torch {TORCH_VERSION}",
+            venv.join("bin").join("python").display()
+        ));
+    }
+    println!(
+        "setup: torch {TORCH_VERSION} installed in {}",
+        venv.display()
+    );
+    Ok(venv)
+}
+
+/// The environment every cargo command runs with. It is computed once per task and
+/// is the same from run to run, so `torch-sys` (whose build script reads it) stays built.
+struct CargoEnv {
+    vars: Vec<(&'static str, OsString)>,
+}
+
+impl CargoEnv {
+    /// Asks the venv's python where torch keeps libtorch and builds the environment.
+    fn new(venv: &Path) -> Result<Self> {
+        let python = venv.join("bin").join("python");
+        let output = Command::new(&python)
+            .args([
+                "-c",
+                "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))",
+            ])
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|err| format!("cannot run {}: {err}", python.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} cannot locate torch's lib directory",
+                python.display()
+            ));
+        }
+        let lib_dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        if !lib_dir.is_dir() {
+            return Err(format!(
+                "torch lib directory {} does not exist",
+                lib_dir.display()
+            ));
+        }
+        let bin_dir = venv.join("bin");
+        Ok(Self {
+            vars: vec![
+                ("LIBTORCH_USE_PYTORCH", OsString::from("1")),
+                ("PATH", prepend_path(&bin_dir, env::var_os("PATH"))?),
+                (
+                    "LD_LIBRARY_PATH",
+                    prepend_path(&lib_dir, env::var_os("LD_LIBRARY_PATH"))?,
+                ),
+            ],
+        })
+    }
+
+    /// A `cargo` command in the workspace root with this environment applied. Uses the
+    /// cargo that started the task (`$CARGO`) so the toolchain cannot change midway.
+    fn cargo<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let mut command = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        command.args(args).current_dir(workspace_root());
+        command.envs(self.vars.iter().map(|(key, value)| (key, value)));
+        command
+    }
+}
+
+/// `dir:old`, or `dir` alone; left as is when `dir` already comes first, so nested
+/// tasks do not grow the variable (which would look like a changed environment).
+fn prepend_path(dir: &Path, old: Option<OsString>) -> Result<OsString> {
+    // Empty entries would mean "the current directory" to the loader, so they are dropped.
+    let old: Vec<PathBuf> = old
+        .map(|old| {
+            env::split_paths(&old)
+                .filter(|part| !part.as_os_str().is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if old.first().is_some_and(|first| first == dir) {
+        return env::join_paths(old).map_err(|err| err.to_string());
+    }
+    env::join_paths(std::iter::once(dir.to_path_buf()).chain(old))
+        .map_err(|err| format!("cannot put {} on a search path: {err}", dir.display()))
+}
+
+/// The program and arguments of a command, for echoing what is about to run.
+fn describe(command: &Command) -> String {
+    let program = Path::new(command.get_program());
+    let name = program.file_name().unwrap_or(program.as_os_str());
+    std::iter::once(name)
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Counts from the libtest lines `test result: ok. 12 passed; 0 failed; 1 ignored; ...`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TestCounts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl TestCounts {
+    fn add(&mut self, other: Self) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.ignored += other.ignored;
+    }
+}
+
+/// Parses one libtest summary line; `None` for any other line. Doctest runs print the
+/// same line, so they are counted too.
+fn parse_test_result(line: &str) -> Option<TestCounts> {
+    let rest = line.trim().strip_prefix("test result:")?;
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let mut counts = TestCounts::default();
+    for pair in words.windows(2) {
+        let Ok(number) = pair[0].parse::<u64>() else {
+            continue;
+        };
+        match pair[1].trim_end_matches([';', ',', '.']) {
+            "passed" => counts.passed = number,
+            "failed" => counts.failed = number,
+            "ignored" => counts.ignored = number,
+            _ => {}
+        }
+    }
+    Some(counts)
+}
+
+/// What one backend's test run amounted to, as reported in the summary.
+#[derive(Debug, Default)]
+struct BackendReport {
+    passed: u64,
+    failed: u64,
+    skipped: u64,
+    /// Test names from the skip log (`name<TAB>reason` lines).
+    skipped_names: Vec<String>,
+}
+
+/// Turns libtest counts, the cargo exit status and the skip log into a report. Tests
+/// that skip themselves still pass in libtest's eyes, so they move from passed to skipped.
+fn make_report(counts: TestCounts, cargo_ok: bool, skip_log: &str) -> BackendReport {
+    let skip_lines: Vec<&str> = skip_log
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    let skipped = skip_lines.len() as u64;
+    let mut failed = counts.failed;
+    if !cargo_ok && failed == 0 {
+        // A build error or crash: no test reported failing, yet the run failed.
+        failed = 1;
+    }
+    BackendReport {
+        passed: counts.passed.saturating_sub(skipped),
+        failed,
+        skipped: skipped + counts.ignored,
+        skipped_names: skip_lines
+            .iter()
+            .map(|line| line.split('\t').next().unwrap_or(line).trim().to_string())
+            .collect(),
+    }
+}
+
+/// A fresh, empty file for tests to append their skip notes to (`ZOO_SKIP_LOG`).
+fn fresh_skip_log(backend: &str) -> Result<PathBuf> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    let name = format!("zoo-skip-{backend}-{}-{nanos}.log", std::process::id());
+    let path = env::temp_dir().join(name);
+    fs::File::create(&path).map_err(|err| format!("cannot create {}: {err}", path.display()))?;
+    Ok(path)
+}
+
+/// Runs `cargo <args>` on one backend: its stdout is echoed line by line as it comes
+/// (stderr goes straight to the terminal) and the libtest summary lines are summed.
+fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<BackendReport> {
+    let skip_log = fresh_skip_log(backend)?;
+    let mut command = cargo_env.cargo(args);
+    command
+        .env("ZOO_TEST_DEVICE", backend)
+        .env("ZOO_SKIP_LOG", &skip_log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    println!(
+        "+ ZOO_TEST_DEVICE={backend} ZOO_SKIP_LOG={} {}",
+        skip_log.display(),
+        describe(&command)
+    );
+    let mut child = command
+        .spawn()
+        .map_err(|err| format!("cannot start cargo: {err}"))?;
+
+    let mut counts = TestCounts::default();
+    if let Some(stdout) = child.stdout.take() {
+        let mut reader = BufReader::new(stdout);
+        let mut buffer = Vec::new();
+        loop {
+            buffer.clear();
+            match reader.read_until(b'\n', &mut buffer) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(err) => return Err(format!("reading cargo's output: {err}")),
+            }
+            let line = String::from_utf8_lossy(&buffer);
+            let mut out = std::io::stdout().lock();
+            // Echo failures (a closed terminal) must not stop the test run itself.
+            let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
+            if let Some(found) = parse_test_result(&line) {
+                counts.add(found);
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|err| format!("waiting for cargo: {err}"))?;
+
+    let log = fs::read_to_string(&skip_log).unwrap_or_default();
+    let _ = fs::remove_file(&skip_log);
+    Ok(make_report(counts, status.success(), &log))
+}
+
+/// Prints a step header and, when it ends, its duration and outcome.
+fn step<T>(title: &str, body: impl FnOnce() -> Result<T>) -> Result<T> {
+    println!("\n==> {title}");
+    let started = Instant::now();
+    let result = body();
+    let verdict = if result.is_ok() { "done" } else { "FAILED" };
+    println!(
+        "<== {title}: {verdict} in {}",
+        format_duration(started.elapsed())
+    );
+    result
+}
+
+fn format_duration(elapsed: Duration) -> String {
+    let seconds = elapsed.as_secs_f64();
+    if seconds < 60.0 {
+        format!("{seconds:.1}s")
+    } else {
+        let whole = elapsed.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+/// The matrix backends to run: all of them, or those named in `ZOO_CI_BACKENDS`.
+/// Returns the list and whether it was restricted.
+fn selected_backends() -> Result<(Vec<&'static str>, bool)> {
+    let Some(list) = env::var_os("ZOO_CI_BACKENDS") else {
+        return Ok((MATRIX_BACKENDS.to_vec(), false));
+    };
+    let list = list.to_string_lossy().into_owned();
+    let mut chosen = Vec::new();
+    for name in list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+    {
+        let Some(backend) = MATRIX_BACKENDS.iter().find(|known| **known == name) else {
+            return Err(format!(
+                "ZOO_CI_BACKENDS names unknown backend `{name}` (known: {})",
+                MATRIX_BACKENDS.join(", ")
+            ));
+        };
+        if !chosen.contains(backend) {
+            chosen.push(*backend);
+        }
+    }
+    Ok((chosen, true))
+}
+
+/// The full check. Returns `Ok(false)` when tests fail, `Err` when a gate step fails.
+fn ci() -> Result<bool> {
+    let started = Instant::now();
+    let (backends, partial) = selected_backends()?;
+    if partial {
+        println!(
+            "ci: PARTIAL run, ZOO_CI_BACKENDS restricts the matrix to [{}]",
+            backends.join(", ")
+        );
+    }
+    let clippy_features = format!("{MATRIX_FEATURES},zoo-device/cuda");
+
+    let venv = step("setup", setup)?;
+    let cargo_env = CargoEnv::new(&venv)?;
+
+    step("cargo fmt --all -- --check", || {
+        run_checked(
+            &mut cargo_env.cargo(["fmt", "--all", "--", "--check"]),
+            "format check",
+        )
+    })?;
+    step("clippy (all backends, cuda included)", || {
+        let args = [
+            "clippy",
+            "--release",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            clippy_features.as_str(),
+            "--",
+            "-D",
+            "warnings",
+        ];
+        run_checked(&mut cargo_env.cargo(args), "clippy")
+    })?;
+
+    let mut reports: Vec<(&str, BackendReport)> = Vec::new();
+    let flex = step("tests on flex (full suite, doctests included)", || {
+        let args = [
+            "test",
+            "--release",
+            "--workspace",
+            "--no-fail-fast",
+            "--features",
+            MATRIX_FEATURES,
+        ];
+        run_tests(&cargo_env, "flex", &args)
+    })?;
+    reports.push(("flex", flex));
+
+    // The matrix runs even after failures on flex, so one run shows every backend.
+    {
+        for backend in &backends {
+            let report = step(&format!("tests on {backend}"), || {
+                let args = [
+                    "test",
+                    "--release",
+                    "--workspace",
+                    "--no-fail-fast",
+                    "--lib",
+                    "--bins",
+                    "--tests",
+                    "--examples",
+                    "--features",
+                    MATRIX_FEATURES,
+                    "--",
+                    "--skip",
+                    "learning_",
+                ];
+                run_tests(&cargo_env, backend, &args)
+            })?;
+            reports.push((backend, report));
+        }
+    }
+
+    let ok = summarize(&reports);
+    if partial {
+        println!("ci: PARTIAL run (ZOO_CI_BACKENDS is set); this is not a full CI result");
+    }
+    let verdict = if ok { "passed" } else { "FAILED" };
+    println!("ci: {verdict} in {}", format_duration(started.elapsed()));
+    Ok(ok)
+}
+
+/// Prints one line per backend, then why the run fails, if it does. A backend that did
+/// not run (a partial run, or flex failing first) is listed as such; the reason it did
+/// not run already decides the verdict.
+fn summarize(reports: &[(&str, BackendReport)]) -> bool {
+    println!("\n==> summary");
+    let mut problems = Vec::new();
+    for name in std::iter::once("flex").chain(MATRIX_BACKENDS) {
+        let Some((_, report)) = reports.iter().find(|(ran, _)| *ran == name) else {
+            println!("backend {name}: not run");
+            continue;
+        };
+        println!(
+            "backend {name}: {} passed, {} failed, {} skipped",
+            report.passed, report.failed, report.skipped
+        );
+        if report.failed > 0 {
+            problems.push(format!("backend {name} has {} failure(s)", report.failed));
+        }
+        if report.passed == 0 {
+            problems.push(format!("backend {name} passed no test at all"));
+        }
+        if MUST_RUN_BACKENDS.contains(&name) && report.skipped > 0 {
+            problems.push(format!(
+                "backend {name} must run every test in CI but skipped {}",
+                report.skipped
+            ));
+        }
+    }
+    println!(
+        "backend cuda: 0 passed, 0 failed, 0 skipped \
+         (compiled by clippy; runs only where an NVIDIA GPU exists)"
+    );
+    for (name, report) in reports {
+        if MUST_RUN_BACKENDS.contains(name) && !report.skipped_names.is_empty() {
+            println!("skipped on {name}:");
+            for test in &report.skipped_names {
+                println!("  {test}");
+            }
+        }
+    }
+    for problem in &problems {
+        println!("ci: {problem}");
+    }
+    problems.is_empty()
+}
+
+/// Runs one binary of `zoo-bench` on flex, with the same environment as `ci` so the
+/// shared target directory is reused as is.
+fn bench(args: &[String]) -> Result<bool> {
+    let Some((what, rest)) = args.split_first() else {
+        return Err("usage: cargo xtask bench <what> [args...]".into());
+    };
+    let venv = setup()?;
+    let cargo_env = CargoEnv::new(&venv)?;
+    let mut command = cargo_env.cargo([
+        "run",
+        "--release",
+        "--features",
+        "zoo-device/flex",
+        "--package",
+        "zoo-bench",
+        "--bin",
+        what.as_str(),
+        "--",
+    ]);
+    command.args(rest);
+    println!("+ {}", describe(&command));
+    let status = command
+        .status()
+        .map_err(|err| format!("cannot start cargo: {err}"))?;
+    Ok(status.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ok_line() {
+        let line = "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.01s";
+        let expected = TestCounts {
+            passed: 12,
+            failed: 0,
+            ignored: 1,
+        };
+        assert_eq!(parse_test_result(line), Some(expected));
+    }
+
+    #[test]
+    fn parses_failed_line() {
+        let line = "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 5 filtered out; finished in 1.50s\n";
+        let expected = TestCounts {
+            passed: 3,
+            failed: 2,
+            ignored: 0,
+        };
+        assert_eq!(parse_test_result(line), Some(expected));
+    }
+
+    #[test]
+    fn ignores_other_lines() {
+        assert_eq!(parse_test_result("test layers::tests::shape ... ok"), None);
+        assert_eq!(parse_test_result("running 12 tests"), None);
+    }
+
+    #[test]
+    fn skips_move_from_passed_to_skipped() {
+        let counts = TestCounts {
+            passed: 10,
+            failed: 0,
+            ignored: 2,
+        };
+        let report = make_report(
+            counts,
+            true,
+            "gpu_only\tno adapter\n\nbig_model\ttoo slow\n",
+        );
+        assert_eq!((report.passed, report.failed, report.skipped), (8, 0, 4));
+        assert_eq!(report.skipped_names, ["gpu_only", "big_model"]);
+    }
+
+    #[test]
+    fn failed_build_counts_as_one_failure() {
+        let report = make_report(TestCounts::default(), false, "");
+        assert_eq!(report.failed, 1);
+    }
+
+    #[test]
+    fn prepend_path_does_not_repeat() {
+        let dir = Path::new("/opt/torch/lib");
+        let once = prepend_path(dir, Some("/usr/lib".into())).unwrap();
+        assert_eq!(once, OsString::from("/opt/torch/lib:/usr/lib"));
+        assert_eq!(prepend_path(dir, Some(once.clone())).unwrap(), once);
+        assert_eq!(
+            prepend_path(dir, None).unwrap(),
+            OsString::from("/opt/torch/lib")
+        );
+        assert_eq!(
+            prepend_path(dir, Some("".into())).unwrap(),
+            OsString::from("/opt/torch/lib")
+        );
+    }
+}

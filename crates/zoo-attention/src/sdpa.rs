@@ -104,14 +104,21 @@ pub fn attention_fused(
         softcap: None,
         is_causal: use_flag,
     };
-    let out = attention(
-        q,
-        k,
-        v,
-        bool_mask.clone(),
-        mask.materialize_bias([b, h, tq, tk]),
-        options,
-    );
+    let mut bias = mask.materialize_bias([b, h, tq, tk]);
+    let mut kernel_mask = bool_mask.clone();
+    if mask_is_inverted_on(&device) {
+        // burn-tch 0.22.1 hands Burn's boolean mask (true = masked) to torch's SDPA, where
+        // true means "may attend" (burn-tch `ops/module.rs`, `attention`). An additive
+        // mask takes its decomposed path instead, which is correct.
+        if let Some(m) = kernel_mask.take() {
+            let additive = crate::mask::to_additive(m);
+            bias = Some(match bias {
+                Some(b) => b + additive,
+                None => additive,
+            });
+        }
+    }
+    let out = attention(q, k, v, kernel_mask, bias, options);
     match bool_mask {
         Some(m) => {
             // A fully masked row is zero by definition here; kernels may leave NaN there.
@@ -131,6 +138,12 @@ pub fn attention_fused(
         }
         None => out,
     }
+}
+
+/// Whether this device's fused attention reads boolean masks the other way round (see
+/// [`attention_fused`]).
+fn mask_is_inverted_on(device: &Device) -> bool {
+    format!("{device:?}").contains("LibTorch")
 }
 
 /// Expands grouped KV heads to one per query head: head `h` of the output is KV head

@@ -165,13 +165,10 @@ impl DecoderLm {
                 max_len: self.max_len,
             });
         }
-        let data = tokens.to_data();
-        let ids = data
+        let ids = tokens
+            .to_data()
+            .convert::<i64>()
             .try_to_vec::<i64>()
-            .or_else(|_| {
-                data.try_to_vec::<i32>()
-                    .map(|v| v.into_iter().map(i64::from).collect())
-            })
             .map_err(|e| DecoderError::Generation(format!("cannot read token ids: {e:?}")))?;
         if let Some((i, &id)) = ids
             .iter()

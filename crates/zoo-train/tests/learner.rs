@@ -71,7 +71,7 @@ fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
     let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
     // Two clean epochs with checkpoints.
     fit(
-        ClassificationTask::new(model.clone()),
+        ClassificationTask::new(model),
         blobs(400, 4, 16, 3, &[]),
         blobs(100, 4, 16, 4, &[]),
         BlobBatcher,
@@ -82,8 +82,10 @@ fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
     .unwrap();
     // Resume for a third epoch on data where one example is NaN.
     let cfg3 = toy_config(3, &dir);
+    // A freshly built model, as a resumed program would have.
+    let fresh = Mlp::new(16, 64, 4, &device.clone().autodiff());
     let err = fit(
-        ClassificationTask::new(model.clone()),
+        ClassificationTask::new(fresh),
         blobs(400, 4, 16, 3, &[7]),
         blobs(100, 4, 16, 4, &[]),
         BlobBatcher,

@@ -21,8 +21,8 @@ fn learning_names_beats_the_bigram() {
         out.bigram_nll
     );
     assert!(
-        out.val_nll < out.bigram_nll - 0.2,
-        "transformer {:.4} does not beat the bigram {:.4} by 0.2 nats",
+        out.val_nll < out.bigram_nll - 0.3,
+        "transformer {:.4} does not beat the bigram {:.4} by 0.3 nats",
         out.val_nll,
         out.bigram_nll
     );

@@ -166,7 +166,7 @@ mod tests {
     use zoo_device::test_device;
 
     fn bools(t: Tensor<2, Bool>) -> Vec<bool> {
-        t.into_data().try_to_vec::<bool>().unwrap()
+        zoo_device::testing::bools(t)
     }
 
     #[test]
@@ -201,7 +201,7 @@ mod tests {
             .materialize([1, 2, 3, 3], &d)
             .unwrap();
         assert_eq!(m.dims(), [1, 2, 3, 3]);
-        let v = m.into_data().try_to_vec::<bool>().unwrap();
+        let v = zoo_device::testing::bools(m);
         // head 0: row 0 sees key 0; rows 1, 2 see keys 0, 1 (key 2 is padding)
         assert_eq!(
             &v[..9],

@@ -115,7 +115,7 @@ mod tests {
             vec![1, 2, 0, 3, 0, 0]
         );
         assert_eq!(
-            batch.target_mask.into_data().try_to_vec::<bool>().unwrap(),
+            zoo_device::testing::bools(batch.target_mask),
             vec![true, true, true, true, true, false]
         );
     }

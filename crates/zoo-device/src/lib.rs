@@ -322,7 +322,20 @@ mod tests {
 
 /// Small helpers for tests that compare tensors, shared by every crate's tests.
 pub mod testing {
-    use burn::tensor::Tensor;
+    use burn::tensor::{Bool, Int, Tensor};
+
+    /// The values of a boolean tensor, whatever the backend stores booleans as.
+    pub fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
+        ints(t.int()).into_iter().map(|v| v != 0).collect()
+    }
+
+    /// The values of an integer tensor as `i64`, whatever the backend's integer type.
+    pub fn ints<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {
+        t.into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .expect("converted to i64")
+    }
 
     /// Largest absolute difference between two tensors of the same shape.
     ///

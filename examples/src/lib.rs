@@ -87,7 +87,7 @@ pub fn load_model(dir: &Path, device: &Device) -> Result<(DecoderLm, DecoderConf
 /// The names task of the seeds: data, baseline, training and sampling.
 pub mod names {
     use super::*;
-    use zoo_train::{CausalLmTask, FitOptions, SplitReport, TrainConfig, fit};
+    use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
 
     /// Settings of one names run.
     #[derive(Debug, Clone)]
@@ -149,7 +149,7 @@ pub mod names {
     pub fn train(
         settings: &NamesSettings,
         device: &Device,
-        report: Option<Box<dyn FnMut(&SplitReport) + Send + Sync>>,
+        report: Option<zoo_train::fit::ReportSink>,
     ) -> Result<NamesOutcome, Error> {
         let vocab = CharVocab::names();
         let all =

@@ -26,7 +26,10 @@ const TORCH_VERSION: &str = "2.9.0";
 /// of Burn serves all backends and switching `ZOO_TEST_DEVICE` never recompiles.
 const MATRIX_FEATURES: &str = "zoo-device/flex,zoo-device/ndarray,zoo-device/wgpu,zoo-device/tch";
 
-/// Backends run by the matrix step, after the full suite has passed on `flex`.
+/// Features of the cuda compile check (no GPU here, so it is built, not run).
+const CUDA_FEATURES: &str = "zoo-device/flex,zoo-device/cuda";
+
+/// Backends run by the matrix step, after the full suite on `flex`.
 const MATRIX_BACKENDS: [&str; 3] = ["ndarray", "wgpu", "tch"];
 
 /// Backends that must not skip any test in CI: the CI machine provides them for real.
@@ -436,8 +439,6 @@ fn ci() -> Result<bool> {
             backends.join(", ")
         );
     }
-    let clippy_features = format!("{MATRIX_FEATURES},zoo-device/cuda");
-
     let venv = step("setup", setup)?;
     let cargo_env = CargoEnv::new(&venv)?;
 
@@ -447,19 +448,41 @@ fn ci() -> Result<bool> {
             "format check",
         )
     })?;
-    step("clippy (all backends, cuda included)", || {
+    step("clippy (flex, ndarray, wgpu, tch)", || {
         let args = [
             "clippy",
             "--release",
             "--workspace",
             "--all-targets",
             "--features",
-            clippy_features.as_str(),
+            MATRIX_FEATURES,
             "--",
             "-D",
             "warnings",
         ];
         run_checked(&mut cargo_env.cargo(args), "clippy")
+    })?;
+    step("cuda compile check", || {
+        // cubecl-cuda's build downloads LLVM unless DOCS_RS is set; a type check needs
+        // no LLVM. The variable changes build-script outputs, so this check keeps its
+        // own target folder and never invalidates the test build.
+        let target = env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"));
+        let mut cuda_target = target.into_os_string();
+        cuda_target.push("-cuda-check");
+        let mut command = cargo_env.cargo([
+            "check",
+            "--release",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            CUDA_FEATURES,
+        ]);
+        command
+            .env("DOCS_RS", "1")
+            .env("CARGO_TARGET_DIR", cuda_target);
+        run_checked(&mut command, "cuda check")
     })?;
 
     let mut reports: Vec<(&str, BackendReport)> = Vec::new();
@@ -540,7 +563,7 @@ fn summarize(reports: &[(&str, BackendReport)]) -> bool {
     }
     println!(
         "backend cuda: 0 passed, 0 failed, 0 skipped \
-         (compiled by clippy; runs only where an NVIDIA GPU exists)"
+         (compile-checked; runs only where an NVIDIA GPU exists)"
     );
     for (name, report) in reports {
         if MUST_RUN_BACKENDS.contains(name) && !report.skipped_names.is_empty() {
@@ -564,22 +587,28 @@ fn bench(args: &[String]) -> Result<bool> {
     };
     let venv = setup()?;
     let cargo_env = CargoEnv::new(&venv)?;
-    let mut command = cargo_env.cargo([
-        "run",
+    // Build the bench programs with exactly the test suite's package set and features, so
+    // the dependencies compiled for the tests are reused rather than built a second time.
+    let mut build = cargo_env.cargo([
+        "build",
         "--release",
+        "--workspace",
+        "--bins",
         "--features",
-        "zoo-device/flex",
-        "--package",
-        "zoo-bench",
-        "--bin",
-        what.as_str(),
-        "--",
+        MATRIX_FEATURES,
     ]);
-    command.args(rest);
+    run_checked(&mut build, "bench build")?;
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let mut command = Command::new(target.join("release").join(what));
+    command
+        .args(rest)
+        .envs(cargo_env.vars.iter().map(|(key, value)| (key, value)));
     println!("+ {}", describe(&command));
     let status = command
         .status()
-        .map_err(|err| format!("cannot start cargo: {err}"))?;
+        .map_err(|err| format!("cannot start bench program {what}: {err}"))?;
     Ok(status.success())
 }
 

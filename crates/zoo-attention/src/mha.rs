@@ -100,7 +100,7 @@ impl MultiHeadAttentionConfig {
         if self.n_heads == 0 {
             return Err(AttentionError::Zero { name: "n_heads" });
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(AttentionError::HeadsDoNotDivideModel {
                 d_model: self.d_model,
                 n_heads: self.n_heads,
@@ -110,13 +110,13 @@ impl MultiHeadAttentionConfig {
         if kv == 0 {
             return Err(AttentionError::Zero { name: "n_kv_heads" });
         }
-        if self.n_heads % kv != 0 {
+        if !self.n_heads.is_multiple_of(kv) {
             return Err(AttentionError::KvHeadsDoNotDivideHeads {
                 n_heads: self.n_heads,
                 n_kv_heads: kv,
             });
         }
-        if self.rope_max_len.is_some() && self.head_dim() % 2 != 0 {
+        if self.rope_max_len.is_some() && !self.head_dim().is_multiple_of(2) {
             return Err(AttentionError::OddRopeDim {
                 head_dim: self.head_dim(),
             });
@@ -140,12 +140,12 @@ impl MultiHeadAttentionConfig {
                 "fused_qkv projects one input and cannot take a separate d_context".into(),
             ));
         }
-        if let AttentionKernel::Chunked { block_q, block_k } = self.kernel {
-            if block_q == 0 || block_k == 0 {
-                return Err(AttentionError::Zero {
-                    name: "kernel block size",
-                });
-            }
+        if let AttentionKernel::Chunked { block_q, block_k } = self.kernel
+            && (block_q == 0 || block_k == 0)
+        {
+            return Err(AttentionError::Zero {
+                name: "kernel block size",
+            });
         }
         Ok(())
     }
@@ -508,14 +508,14 @@ impl MultiHeadAttention {
         }
         let t = input.x.dims()[1];
         cache.check_room(t)?;
-        if let (Some(rope), None) = (&self.rope, &input.positions) {
-            if cache.seen() + t > rope.max_len() {
-                return Err(AttentionError::TooLong {
-                    what: "rotary encoding",
-                    position: cache.seen() + t - 1,
-                    max_len: rope.max_len(),
-                });
-            }
+        if let (Some(rope), None) = (&self.rope, &input.positions)
+            && cache.seen() + t > rope.max_len()
+        {
+            return Err(AttentionError::TooLong {
+                what: "rotary encoding",
+                position: cache.seen() + t - 1,
+                max_len: rope.max_len(),
+            });
         }
         let device = input.x.device();
         let offset = cache.seen();

@@ -178,7 +178,7 @@ impl RotaryEncodingConfig {
     /// # Errors
     /// An odd or zero head dimension, or a zero `max_len`.
     pub fn init(&self, device: &Device) -> Result<RotaryEncoding> {
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(AttentionError::OddRopeDim {
                 head_dim: self.head_dim,
             });

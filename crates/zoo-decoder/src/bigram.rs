@@ -18,7 +18,7 @@ impl BigramModel {
     /// # Errors
     /// A non-positive `alpha`, a zero vocabulary, or an id outside it.
     pub fn fit(sequences: &[Vec<usize>], vocab_size: usize, alpha: f64) -> Result<Self> {
-        if !(alpha > 0.0) {
+        if alpha.is_nan() || alpha <= 0.0 {
             return Err(DecoderError::Config(format!(
                 "bigram alpha must be > 0, got {alpha}"
             )));

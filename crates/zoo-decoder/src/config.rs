@@ -164,7 +164,7 @@ impl DecoderConfig {
     /// (width `8/3 · d_model` unless set), GQA with half the heads (when even), no
     /// biases, separate projections, untied head.
     pub fn llama_style(self) -> Self {
-        let kv = if self.n_heads % 2 == 0 {
+        let kv = if self.n_heads.is_multiple_of(2) {
             self.n_heads / 2
         } else {
             self.n_heads

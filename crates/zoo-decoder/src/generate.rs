@@ -98,7 +98,7 @@ impl GenerationConfig {
     /// A negative temperature, `top_k = 0`, `top_p` outside `(0, 1]`, or a penalty ≤ 0.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(DecoderError::Generation(m));
-        if !(self.temperature >= 0.0) {
+        if self.temperature.is_nan() || self.temperature < 0.0 {
             return bad(format!(
                 "temperature must be >= 0, got {}",
                 self.temperature
@@ -107,12 +107,10 @@ impl GenerationConfig {
         if self.top_k == Some(0) {
             return bad("top_k must be >= 1, got 0".into());
         }
-        if let Some(p) = self.top_p {
-            if !(p > 0.0 && p <= 1.0) {
-                return bad(format!("top_p must be in (0, 1], got {p}"));
-            }
+        if let Some(p) = self.top_p.filter(|p| p.is_nan() || *p <= 0.0 || *p > 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {p}"));
         }
-        if !(self.repetition_penalty > 0.0) {
+        if self.repetition_penalty.is_nan() || self.repetition_penalty <= 0.0 {
             return bad(format!(
                 "repetition_penalty must be > 0, got {}",
                 self.repetition_penalty

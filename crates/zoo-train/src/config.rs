@@ -97,10 +97,10 @@ impl TrainConfig {
                 return bad(format!("{name} must be > 0, got 0"));
             }
         }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
+        if !self.lr.is_finite() || self.lr <= 0.0 {
             return bad(format!("lr must be finite and > 0, got {}", self.lr));
         }
-        if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+        if self.min_lr.is_nan() || self.min_lr < 0.0 || self.min_lr > self.lr {
             return bad(format!(
                 "min_lr must be in [0, lr = {}], got {}",
                 self.lr, self.min_lr
@@ -121,10 +121,8 @@ impl TrainConfig {
                 self.warmup_steps
             ));
         }
-        if let Some(c) = self.grad_clip {
-            if !(c > 0.0) {
-                return bad(format!("grad_clip must be > 0, got {c}"));
-            }
+        if let Some(c) = self.grad_clip.filter(|c| c.is_nan() || *c <= 0.0) {
+            return bad(format!("grad_clip must be > 0, got {c}"));
         }
         Ok(())
     }

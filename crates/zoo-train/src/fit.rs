@@ -61,8 +61,11 @@ pub struct FitOptions {
     pub resume: bool,
     /// Called at the end of every train and validation split (when stdout is not a
     /// terminal; on a terminal burn-train's TUI shows progress).
-    pub report: Option<Box<dyn FnMut(&SplitReport) + Send + Sync>>,
+    pub report: Option<ReportSink>,
 }
+
+/// A callback that receives each split's metrics.
+pub type ReportSink = Box<dyn FnMut(&SplitReport) + Send + Sync>;
 
 /// What [`fit`] returns.
 #[derive(Debug)]

@@ -11,6 +11,9 @@ use zoo_attention::sdpa::{
 };
 use zoo_bench::{CountingAlloc, median_time};
 
+/// One attention path under test.
+type Path<'a> = Box<dyn Fn() -> Tensor<4> + 'a>;
+
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();
 
@@ -35,7 +38,7 @@ fn main() {
         let k = Tensor::<4>::random([1, h, t, dh], Distribution::Normal(0.0, 1.0), &device);
         let v = Tensor::<4>::random([1, h, t, dh], Distribution::Normal(0.0, 1.0), &device);
         let runs = if t >= 4096 { 1 } else { 5 };
-        let paths: Vec<(&str, Box<dyn Fn() -> Tensor<4>>)> = vec![
+        let paths: Vec<(&str, Path<'_>)> = vec![
             (
                 "reference",
                 Box::new(|| {

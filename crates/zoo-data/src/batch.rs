@@ -97,21 +97,11 @@ mod tests {
         ];
         let batch = CausalLmBatcher::new(0).batch(items, &test_device());
         assert_eq!(
-            batch
-                .inputs
-                .into_data()
-                .convert::<i64>()
-                .try_to_vec::<i64>()
-                .unwrap(),
+            zoo_device::testing::ints(batch.inputs),
             vec![0, 1, 2, 0, 3, 0]
         );
         assert_eq!(
-            batch
-                .targets
-                .into_data()
-                .convert::<i64>()
-                .try_to_vec::<i64>()
-                .unwrap(),
+            zoo_device::testing::ints(batch.targets),
             vec![1, 2, 0, 3, 0, 0]
         );
         assert_eq!(

@@ -352,6 +352,13 @@ mod tests {
     }
 
     #[test]
+    fn char_model_has_the_seeds_size() {
+        // wte 27x64 + wpe 16x64 + 4 blocks of 49,984 + ln_f 128
+        let m = DecoderConfig::char_gpt(27).init(&test_device()).unwrap();
+        assert_eq!(m.num_params(), 202_816);
+    }
+
+    #[test]
     fn llama_preset_has_the_llama_parts() {
         let m = DecoderConfig::tiny_llama(32, 64)
             .init(&test_device())

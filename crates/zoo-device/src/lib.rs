@@ -228,10 +228,23 @@ fn probe(backend: BackendName, device: &Device) -> Result<(), DeviceError> {
                 .unwrap_or("the backend panicked on its first operation");
             Err(DeviceError::NoDevice {
                 backend,
-                reason: msg.lines().next().unwrap_or_default().to_string(),
+                reason: first_line(msg),
             })
         }
     }
+}
+
+/// The first line of a backend's panic message, short enough for one line of output.
+/// Messages that carry a whole C++ backtrace in a Debug-escaped string are cut at the
+/// first escaped newline too.
+fn first_line(msg: &str) -> String {
+    let line = msg.lines().next().unwrap_or_default();
+    let line = line.split("\\n").next().unwrap_or_default();
+    let mut out: String = line.chars().take(200).collect();
+    if out.len() < line.len() {
+        out.push_str("...");
+    }
+    out
 }
 
 /// The device that tests run on: the backend named by the `ZOO_TEST_DEVICE` environment
@@ -308,6 +321,17 @@ mod tests {
         for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_compiled()) {
             assert!(matches!(select(b), Err(DeviceError::NotCompiled { .. })));
         }
+    }
+
+    #[test]
+    fn panic_messages_are_cut_to_one_short_line() {
+        let msg =
+            "called `unwrap()`: Torch(\"Found no NVIDIA driver\\nException raised from x\")\nmore";
+        assert_eq!(
+            first_line(msg),
+            "called `unwrap()`: Torch(\"Found no NVIDIA driver"
+        );
+        assert_eq!(first_line(&"x".repeat(300)).len(), 203);
     }
 
     #[test]

@@ -98,7 +98,8 @@ impl TrainingProgressLogger for ReportRenderer {
     }
 
     fn update_epoch(&mut self, epoch: usize) {
-        self.epoch = epoch;
+        // Called with the number of the epoch just finished; what follows is the next.
+        self.epoch = epoch + 1;
     }
 
     fn start_split(&mut self, split: &str, _total_items: usize) {

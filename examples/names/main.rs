@@ -35,6 +35,9 @@ struct Args {
     /// Seed of the split, the model and the sampler.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Laplace smoothing of the bigram baseline.
+    #[arg(long, default_value_t = 1.0)]
+    alpha: f64,
     /// Learner artifacts (checkpoints, logs, metrics.csv).
     #[arg(long, default_value = "artifacts/names")]
     artifacts: PathBuf,
@@ -56,6 +59,7 @@ fn main() -> Result<(), Error> {
     }
     let mut settings = NamesSettings::seeds(args.epochs, &args.artifacts);
     settings.seed = args.seed;
+    settings.alpha = args.alpha;
     let report = Box::new(|r: &zoo_train::SplitReport| {
         if let Some(loss) = r.values.get("Loss") {
             println!("epoch {:>3} {:<5} loss {loss:.4}", r.epoch, r.split);

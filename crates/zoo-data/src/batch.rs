@@ -84,10 +84,109 @@ impl Batcher<CausalLmItem, CausalLmBatch> for CausalLmBatcher {
     }
 }
 
+/// One sequence-to-sequence example: source ids and target ids (no BOS/EOS; the
+/// batcher adds them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seq2SeqItem {
+    /// Source ids.
+    pub src: Vec<usize>,
+    /// Target ids.
+    pub tgt: Vec<usize>,
+}
+
+/// A batch for teacher forcing: the decoder reads `BOS + target` and predicts
+/// `target + EOS`.
+#[derive(Debug, Clone)]
+pub struct Seq2SeqBatch {
+    /// `[B, S]` source ids, right-padded.
+    pub src: Tensor<2, Int>,
+    /// `[B, S]`, `true` at source padding.
+    pub src_padding: Tensor<2, Bool>,
+    /// `[B, T]` decoder input: BOS then the target, right-padded.
+    pub tgt_in: Tensor<2, Int>,
+    /// `[B, T]` decoder targets: the target then EOS (0 at padding).
+    pub tgt_out: Tensor<2, Int>,
+    /// `[B, T]`, `true` where a target counts.
+    pub tgt_mask: Tensor<2, Bool>,
+}
+
+/// Pads and stacks [`Seq2SeqItem`]s.
+#[derive(Debug, Clone)]
+pub struct Seq2SeqBatcher {
+    /// Padding id (inputs only; padded targets are masked).
+    pub pad_id: usize,
+    /// Begin-of-sequence id, the decoder's first input.
+    pub bos_id: usize,
+    /// End-of-sequence id, the decoder's last target.
+    pub eos_id: usize,
+}
+
+impl Batcher<Seq2SeqItem, Seq2SeqBatch> for Seq2SeqBatcher {
+    fn batch(&self, items: Vec<Seq2SeqItem>, device: &Device) -> Seq2SeqBatch {
+        let b = items.len();
+        let s = items.iter().map(|i| i.src.len()).max().unwrap_or(0).max(1);
+        let t = items.iter().map(|i| i.tgt.len() + 1).max().unwrap_or(1);
+        let mut src = vec![self.pad_id as i64; b * s];
+        let mut src_padding = vec![true; b * s];
+        let mut tgt_in = vec![self.pad_id as i64; b * t];
+        let mut tgt_out = vec![0i64; b * t];
+        let mut tgt_mask = vec![false; b * t];
+        for (r, item) in items.iter().enumerate() {
+            for (c, &x) in item.src.iter().enumerate() {
+                src[r * s + c] = x as i64;
+                src_padding[r * s + c] = false;
+            }
+            let inputs = std::iter::once(self.bos_id).chain(item.tgt.iter().copied());
+            let outputs = item.tgt.iter().copied().chain(std::iter::once(self.eos_id));
+            for (c, (x, y)) in inputs.zip(outputs).enumerate() {
+                tgt_in[r * t + c] = x as i64;
+                tgt_out[r * t + c] = y as i64;
+                tgt_mask[r * t + c] = true;
+            }
+        }
+        Seq2SeqBatch {
+            src: Tensor::from_data(TensorData::new(src, [b, s]), device),
+            src_padding: Tensor::from_data(TensorData::new(src_padding, [b, s]), device),
+            tgt_in: Tensor::from_data(TensorData::new(tgt_in, [b, t]), device),
+            tgt_out: Tensor::from_data(TensorData::new(tgt_out, [b, t]), device),
+            tgt_mask: Tensor::from_data(TensorData::new(tgt_mask, [b, t]), device),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use zoo_device::test_device;
+
+    #[test]
+    fn seq2seq_shifts_targets_for_teacher_forcing() {
+        let items = vec![
+            Seq2SeqItem {
+                src: vec![5, 6, 7],
+                tgt: vec![8, 9],
+            },
+            Seq2SeqItem {
+                src: vec![5],
+                tgt: vec![8],
+            },
+        ];
+        let batcher = Seq2SeqBatcher {
+            pad_id: 0,
+            bos_id: 1,
+            eos_id: 2,
+        };
+        let b = batcher.batch(items, &test_device());
+        use zoo_device::testing::{bools, ints};
+        assert_eq!(ints(b.src), vec![5, 6, 7, 5, 0, 0]);
+        assert_eq!(
+            bools(b.src_padding),
+            vec![false, false, false, false, true, true]
+        );
+        assert_eq!(ints(b.tgt_in), vec![1, 8, 9, 1, 8, 0]);
+        assert_eq!(ints(b.tgt_out), vec![8, 9, 2, 8, 2, 0]);
+        assert_eq!(bools(b.tgt_mask), vec![true, true, true, true, true, false]);
+    }
 
     #[test]
     fn pads_inputs_and_masks_targets() {

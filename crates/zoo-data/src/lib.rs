@@ -13,7 +13,9 @@ pub mod names;
 pub mod text;
 pub mod vocab;
 
-pub use batch::{CausalLmBatch, CausalLmBatcher, CausalLmItem};
+pub use batch::{
+    CausalLmBatch, CausalLmBatcher, CausalLmItem, Seq2SeqBatch, Seq2SeqBatcher, Seq2SeqItem,
+};
 pub use error::{DataError, Result};
 pub use vocab::CharVocab;
 

@@ -17,14 +17,17 @@ use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
 use burn::train::{
     ExecutionStrategy, InferenceStep, Learner, LearnerModel, MetricEarlyStoppingStrategy,
-    MultiDeviceOptim, StoppingCondition, SupervisedTraining, TrainStep,
+    MultiDeviceOptim, SequenceOutput, StoppingCondition, SupervisedTraining, TrainStep,
 };
 
 use crate::config::{Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
 use crate::render::{ReportRenderer, SplitReport};
 use crate::schedule::WarmupCosine;
-use crate::task::{CausalLmTask, ClassLogits, ClassificationTask, Guarded, NanGuard, TokenLogits};
+use crate::task::{
+    CausalLmTask, ClassLogits, ClassificationTask, Guarded, NanGuard, Seq2SeqLogits, Seq2SeqTask,
+    TokenLogits,
+};
 
 /// A task the learner can train: it knows its metrics.
 pub trait Task: LearnerModel + Guarded + Sized {
@@ -32,15 +35,30 @@ pub trait Task: LearnerModel + Guarded + Sized {
     fn add_metrics(training: SupervisedTraining<Self>) -> SupervisedTraining<Self>;
 }
 
+/// Loss, perplexity and accuracy over the counted tokens, and the learning rate: the
+/// metrics of every task whose output is a [`SequenceOutput`].
+fn sequence_metrics<T>(t: SupervisedTraining<T>) -> SupervisedTraining<T>
+where
+    T: LearnerModel + TrainStep<Output = SequenceOutput> + InferenceStep<Output = SequenceOutput>,
+{
+    t.metric_train_numeric(LossMetric::new())
+        .metric_valid_numeric(LossMetric::new())
+        .metric_train_numeric(PerplexityMetric::new())
+        .metric_valid_numeric(PerplexityMetric::new())
+        .metric_train_numeric(AccuracyMetric::new())
+        .metric_valid_numeric(AccuracyMetric::new())
+        .metric_train_numeric(LearningRateMetric::new())
+}
+
 impl<M: TokenLogits> Task for CausalLmTask<M> {
     fn add_metrics(t: SupervisedTraining<Self>) -> SupervisedTraining<Self> {
-        t.metric_train_numeric(LossMetric::new())
-            .metric_valid_numeric(LossMetric::new())
-            .metric_train_numeric(PerplexityMetric::new())
-            .metric_valid_numeric(PerplexityMetric::new())
-            .metric_train_numeric(AccuracyMetric::new())
-            .metric_valid_numeric(AccuracyMetric::new())
-            .metric_train_numeric(LearningRateMetric::new())
+        sequence_metrics(t)
+    }
+}
+
+impl<M: Seq2SeqLogits> Task for Seq2SeqTask<M> {
+    fn add_metrics(t: SupervisedTraining<Self>) -> SupervisedTraining<Self> {
+        sequence_metrics(t)
     }
 }
 

@@ -3,7 +3,8 @@
 //! The one learner every family trains with, built on burn-train 0.22's
 //! `SupervisedTraining`:
 //!
-//! - task adapters ([`CausalLmTask`], [`ClassificationTask`]) that implement `TrainStep`
+//! - task adapters ([`CausalLmTask`] for causal and masked LM, [`Seq2SeqTask`] with teacher
+//!   forcing, [`ClassificationTask`] for sequences and images) that implement `TrainStep`
 //!   and `InferenceStep` for a family's model, with the right loss and metrics;
 //! - [`TrainConfig`]: epochs, batch size, AdamW, warmup then cosine decay, clipping,
 //!   accumulation, seed, artifact folder, checkpoint retention, early stopping and the
@@ -26,5 +27,6 @@ pub use fit::{FitOptions, FitResult, Task, fit, last_complete_checkpoint};
 pub use render::SplitReport;
 pub use schedule::WarmupCosine;
 pub use task::{
-    CausalLmTask, ClassLogits, ClassificationBatch, ClassificationTask, NanGuard, TokenLogits,
+    CausalLmTask, ClassLogits, ClassificationBatch, ClassificationTask, NanGuard, Seq2SeqLogits,
+    Seq2SeqTask, TokenLogits,
 };

@@ -8,11 +8,11 @@ use burn::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer};
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Bool, Int, Tensor};
 use burn::train::{
     ClassificationOutput, InferenceStep, Interrupter, SequenceOutput, TrainOutput, TrainStep,
 };
-use zoo_data::CausalLmBatch;
+use zoo_data::{CausalLmBatch, Seq2SeqBatch};
 
 /// A model that maps token ids `[B, T]` to logits `[B, T, V]`: causal or masked LM.
 pub trait TokenLogits: Module + burn::module::ModuleDisplay + 'static {
@@ -27,6 +27,20 @@ impl TokenLogits for zoo_decoder::DecoderLm {
             .expect("batches are built from the model's own vocabulary and block size")
             .logits
     }
+}
+
+/// An encoder-decoder that maps a source and the decoder's input (teacher forcing) to
+/// next-token logits.
+pub trait Seq2SeqLogits: Module + burn::module::ModuleDisplay + 'static {
+    /// # Shapes
+    /// - `src`: `[B, S]`, `src_padding`: `[B, S]` (`true` at padding), `tgt_in`: `[B, T]`
+    /// - returns `[B, T, V]`
+    fn seq2seq_logits(
+        &self,
+        src: Tensor<2, Int>,
+        src_padding: Tensor<2, Bool>,
+        tgt_in: Tensor<2, Int>,
+    ) -> Tensor<3>;
 }
 
 /// A model that maps a batch of inputs to class logits `[B, C]`.
@@ -105,6 +119,31 @@ pub struct CausalLmTask<M: TokenLogits> {
     guard: Option<Arc<NanGuard>>,
 }
 
+/// Cross-entropy over the positions `mask` marks, with their logits `[1, N, V]` and
+/// targets `[1, N]`, so padding never enters the loss or the metrics.
+fn counted_positions(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    mask: Tensor<2, Bool>,
+) -> SequenceOutput {
+    let [b, t, v] = logits.dims();
+    // Keep only the positions whose target counts: [N]
+    let idx = mask.reshape([b * t]).argwhere();
+    let n = idx.dims()[0];
+    let idx = idx.reshape([n]);
+    let logits = logits.reshape([b * t, v]).select(0, idx.clone()); // [N, V]
+    let targets = targets.reshape([b * t]).select(0, idx); // [N]
+    let loss = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits.clone(), targets.clone());
+    SequenceOutput {
+        loss,
+        logits: logits.reshape([1, n, v]),
+        predictions: None,
+        targets: targets.reshape([1, n]),
+    }
+}
+
 impl<M: TokenLogits> CausalLmTask<M> {
     /// Wraps a model.
     pub fn new(model: M) -> Self {
@@ -120,22 +159,7 @@ impl<M: TokenLogits> CausalLmTask<M> {
     /// Loss and the counted positions' logits and targets.
     pub fn forward(&self, batch: CausalLmBatch) -> SequenceOutput {
         let logits = self.model.token_logits(batch.inputs);
-        let [b, t, v] = logits.dims();
-        // Keep only the positions whose target counts: [N]
-        let idx = batch.target_mask.reshape([b * t]).argwhere();
-        let n = idx.dims()[0];
-        let idx = idx.reshape([n]);
-        let logits = logits.reshape([b * t, v]).select(0, idx.clone()); // [N, V]
-        let targets = batch.targets.reshape([b * t]).select(0, idx); // [N]
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.clone(), targets.clone());
-        SequenceOutput {
-            loss,
-            logits: logits.reshape([1, n, v]),
-            predictions: None,
-            targets: targets.reshape([1, n]),
-        }
+        counted_positions(logits, batch.targets, batch.target_mask)
     }
 }
 
@@ -258,6 +282,70 @@ impl<M: ClassLogits> InferenceStep for ClassificationTask<M> {
 
     fn step(&self, batch: Self::Input) -> ClassificationOutput {
         self.forward(batch)
+    }
+}
+
+/// Sequence-to-sequence training with teacher forcing: cross-entropy, token accuracy and
+/// perplexity over the real target tokens (EOS included, padding excluded).
+#[derive(Module, Debug)]
+pub struct Seq2SeqTask<M: Seq2SeqLogits> {
+    /// The model.
+    pub model: M,
+    #[module(skip)]
+    guard: Option<Arc<NanGuard>>,
+}
+
+impl<M: Seq2SeqLogits> Seq2SeqTask<M> {
+    /// Wraps a model.
+    pub fn new(model: M) -> Self {
+        Self { model, guard: None }
+    }
+
+    /// Loss and the counted positions' logits and targets.
+    pub fn forward(&self, batch: Seq2SeqBatch) -> SequenceOutput {
+        let logits = self
+            .model
+            .seq2seq_logits(batch.src, batch.src_padding, batch.tgt_in);
+        counted_positions(logits, batch.tgt_out, batch.tgt_mask)
+    }
+}
+
+impl<M: Seq2SeqLogits> TrainStep for Seq2SeqTask<M> {
+    type Input = Seq2SeqBatch;
+    type Output = SequenceOutput;
+
+    fn step(&self, batch: Seq2SeqBatch) -> TrainOutput<SequenceOutput> {
+        let out = self.forward(batch);
+        if let Some(g) = &self.guard {
+            g.observe(out.loss.clone().into_scalar::<f32>());
+        }
+        TrainOutput::new(self, out.loss.backward(), out)
+    }
+
+    fn optimize(
+        self,
+        optim: &mut ModuleOptimizer,
+        lr: ModuleLearningRate,
+        grads: GradientsParams,
+    ) -> Self {
+        let guard = self.guard.clone();
+        guarded_optimize(self, guard.as_ref(), optim, lr, grads)
+    }
+}
+
+impl<M: Seq2SeqLogits> InferenceStep for Seq2SeqTask<M> {
+    type Input = Seq2SeqBatch;
+    type Output = SequenceOutput;
+
+    fn step(&self, batch: Seq2SeqBatch) -> SequenceOutput {
+        self.forward(batch)
+    }
+}
+
+impl<M: Seq2SeqLogits> Guarded for Seq2SeqTask<M> {
+    fn guarded(mut self, guard: Arc<NanGuard>) -> Self {
+        self.guard = Some(guard);
+        self
     }
 }
 

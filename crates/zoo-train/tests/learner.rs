@@ -1,13 +1,16 @@
-//! The learner end to end: learning, resume after SIGKILL, the NaN guard, determinism.
+//! The learner end to end: learning (classification, sequence-to-sequence), resume after
+//! SIGKILL, the NaN guard, determinism.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
-use zoo_train::toy::{BlobBatcher, Mlp, blobs};
+use zoo_data::Seq2SeqBatcher;
+use zoo_train::toy::{BlobBatcher, Mlp, ToySeq2Seq, blobs, copy_items};
 use zoo_train::{
-    ClassificationTask, FitOptions, TrainConfig, TrainError, fit, last_complete_checkpoint,
+    ClassificationTask, FitOptions, Seq2SeqTask, TrainConfig, TrainError, fit,
+    last_complete_checkpoint,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -60,6 +63,43 @@ fn learning_classification_reaches_high_accuracy() {
     assert!(acc > 90.0, "valid accuracy {acc}");
     assert_eq!(csv_column(&out.metrics_csv, "valid_loss").len(), 3);
     assert!(dir.join("config.json").exists());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn learning_seq2seq_copies_with_teacher_forcing() {
+    let device = zoo_device::test_device();
+    let dir = temp_dir("seq2seq");
+    let mut cfg = toy_config(20, &dir);
+    cfg.batch_size = 32;
+    cfg.lr = 3e-3;
+    cfg.min_lr = 3e-4;
+    cfg.warmup_steps = 20;
+    let model = ToySeq2Seq::new(13, 32, 8, &device.clone().autodiff());
+    let out = fit(
+        Seq2SeqTask::new(model),
+        copy_items(2000, 5),
+        copy_items(200, 6),
+        Seq2SeqBatcher {
+            pad_id: 0,
+            bos_id: 1,
+            eos_id: 2,
+        },
+        &cfg,
+        std::slice::from_ref(&device),
+        FitOptions::default(),
+    )
+    .unwrap();
+    let first = &out.epochs[0];
+    let last = out.epochs.last().unwrap();
+    eprintln!("seq2seq first {first:?}\nlast {last:?}");
+    // Token accuracy (percent) over target tokens and EOS; chance is 1 in 13.
+    assert!(
+        last["valid_accuracy"] > 90.0,
+        "valid accuracy {}",
+        last["valid_accuracy"]
+    );
+    assert!(last["valid_loss"] < first["valid_loss"]);
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -150,12 +150,6 @@ impl<M: TokenLogits> CausalLmTask<M> {
         Self { model, guard: None }
     }
 
-    /// Watches the loss with `guard`.
-    pub fn with_guard(mut self, guard: Arc<NanGuard>) -> Self {
-        self.guard = Some(guard);
-        self
-    }
-
     /// Loss and the counted positions' logits and targets.
     pub fn forward(&self, batch: CausalLmBatch) -> SequenceOutput {
         let logits = self.model.token_logits(batch.inputs);
@@ -175,38 +169,6 @@ fn guarded_optimize<T: Module>(
         return task;
     }
     optim.step(lr, task, grads)
-}
-
-impl<M: TokenLogits> TrainStep for CausalLmTask<M> {
-    type Input = CausalLmBatch;
-    type Output = SequenceOutput;
-
-    fn step(&self, batch: CausalLmBatch) -> TrainOutput<SequenceOutput> {
-        let out = self.forward(batch);
-        if let Some(g) = &self.guard {
-            g.observe(out.loss.clone().into_scalar::<f32>());
-        }
-        TrainOutput::new(self, out.loss.backward(), out)
-    }
-
-    fn optimize(
-        self,
-        optim: &mut ModuleOptimizer,
-        lr: ModuleLearningRate,
-        grads: GradientsParams,
-    ) -> Self {
-        let guard = self.guard.clone();
-        guarded_optimize(self, guard.as_ref(), optim, lr, grads)
-    }
-}
-
-impl<M: TokenLogits> InferenceStep for CausalLmTask<M> {
-    type Input = CausalLmBatch;
-    type Output = SequenceOutput;
-
-    fn step(&self, batch: CausalLmBatch) -> SequenceOutput {
-        self.forward(batch)
-    }
 }
 
 /// A batch for classification: the model's input and one class per example.
@@ -233,12 +195,6 @@ impl<M: ClassLogits> ClassificationTask<M> {
         Self { model, guard: None }
     }
 
-    /// Watches the loss with `guard`.
-    pub fn with_guard(mut self, guard: Arc<NanGuard>) -> Self {
-        self.guard = Some(guard);
-        self
-    }
-
     /// Loss, logits and targets.
     pub fn forward(&self, batch: ClassificationBatch<M::Input>) -> ClassificationOutput {
         let output = self.model.class_logits(batch.inputs);
@@ -250,38 +206,6 @@ impl<M: ClassLogits> ClassificationTask<M> {
             output,
             targets: batch.targets,
         }
-    }
-}
-
-impl<M: ClassLogits> TrainStep for ClassificationTask<M> {
-    type Input = ClassificationBatch<M::Input>;
-    type Output = ClassificationOutput;
-
-    fn step(&self, batch: Self::Input) -> TrainOutput<ClassificationOutput> {
-        let out = self.forward(batch);
-        if let Some(g) = &self.guard {
-            g.observe(out.loss.clone().into_scalar::<f32>());
-        }
-        TrainOutput::new(self, out.loss.backward(), out)
-    }
-
-    fn optimize(
-        self,
-        optim: &mut ModuleOptimizer,
-        lr: ModuleLearningRate,
-        grads: GradientsParams,
-    ) -> Self {
-        let guard = self.guard.clone();
-        guarded_optimize(self, guard.as_ref(), optim, lr, grads)
-    }
-}
-
-impl<M: ClassLogits> InferenceStep for ClassificationTask<M> {
-    type Input = ClassificationBatch<M::Input>;
-    type Output = ClassificationOutput;
-
-    fn step(&self, batch: Self::Input) -> ClassificationOutput {
-        self.forward(batch)
     }
 }
 
@@ -310,59 +234,63 @@ impl<M: Seq2SeqLogits> Seq2SeqTask<M> {
     }
 }
 
-impl<M: Seq2SeqLogits> TrainStep for Seq2SeqTask<M> {
-    type Input = Seq2SeqBatch;
-    type Output = SequenceOutput;
-
-    fn step(&self, batch: Seq2SeqBatch) -> TrainOutput<SequenceOutput> {
-        let out = self.forward(batch);
-        if let Some(g) = &self.guard {
-            g.observe(out.loss.clone().into_scalar::<f32>());
-        }
-        TrainOutput::new(self, out.loss.backward(), out)
-    }
-
-    fn optimize(
-        self,
-        optim: &mut ModuleOptimizer,
-        lr: ModuleLearningRate,
-        grads: GradientsParams,
-    ) -> Self {
-        let guard = self.guard.clone();
-        guarded_optimize(self, guard.as_ref(), optim, lr, grads)
-    }
-}
-
-impl<M: Seq2SeqLogits> InferenceStep for Seq2SeqTask<M> {
-    type Input = Seq2SeqBatch;
-    type Output = SequenceOutput;
-
-    fn step(&self, batch: Seq2SeqBatch) -> SequenceOutput {
-        self.forward(batch)
-    }
-}
-
-impl<M: Seq2SeqLogits> Guarded for Seq2SeqTask<M> {
-    fn guarded(mut self, guard: Arc<NanGuard>) -> Self {
-        self.guard = Some(guard);
-        self
-    }
-}
-
 /// Attaches the guard to a task before training.
 pub trait Guarded {
     /// Returns the task watched by `guard`.
     fn guarded(self, guard: Arc<NanGuard>) -> Self;
 }
 
-impl<M: TokenLogits> Guarded for CausalLmTask<M> {
-    fn guarded(self, guard: Arc<NanGuard>) -> Self {
-        self.with_guard(guard)
-    }
+/// Implements `TrainStep`, `InferenceStep` and [`Guarded`] for a task wrapper with a
+/// `forward(batch) -> output` method and a `guard` field: the loss is checked by the
+/// guard, and a tripped guard skips the optimiser step.
+macro_rules! supervised_steps {
+    ($task:ident, $bound:path, $input:ty, $output:ty) => {
+        impl<M: $bound> TrainStep for $task<M> {
+            type Input = $input;
+            type Output = $output;
+
+            fn step(&self, batch: $input) -> TrainOutput<$output> {
+                let out = self.forward(batch);
+                if let Some(g) = &self.guard {
+                    g.observe(out.loss.clone().into_scalar::<f32>());
+                }
+                TrainOutput::new(self, out.loss.backward(), out)
+            }
+
+            fn optimize(
+                self,
+                optim: &mut ModuleOptimizer,
+                lr: ModuleLearningRate,
+                grads: GradientsParams,
+            ) -> Self {
+                let guard = self.guard.clone();
+                guarded_optimize(self, guard.as_ref(), optim, lr, grads)
+            }
+        }
+
+        impl<M: $bound> InferenceStep for $task<M> {
+            type Input = $input;
+            type Output = $output;
+
+            fn step(&self, batch: $input) -> $output {
+                self.forward(batch)
+            }
+        }
+
+        impl<M: $bound> Guarded for $task<M> {
+            fn guarded(mut self, guard: Arc<NanGuard>) -> Self {
+                self.guard = Some(guard);
+                self
+            }
+        }
+    };
 }
 
-impl<M: ClassLogits> Guarded for ClassificationTask<M> {
-    fn guarded(self, guard: Arc<NanGuard>) -> Self {
-        self.with_guard(guard)
-    }
-}
+supervised_steps!(CausalLmTask, TokenLogits, CausalLmBatch, SequenceOutput);
+supervised_steps!(Seq2SeqTask, Seq2SeqLogits, Seq2SeqBatch, SequenceOutput);
+supervised_steps!(
+    ClassificationTask,
+    ClassLogits,
+    ClassificationBatch<M::Input>,
+    ClassificationOutput
+);

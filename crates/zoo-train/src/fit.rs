@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
@@ -380,9 +379,6 @@ pub fn metrics_table(epochs: &[BTreeMap<String, f64>]) -> String {
     }
     out
 }
-
-/// The shared [`NanGuard`] type, for tasks built outside [`fit`].
-pub type SharedGuard = Arc<NanGuard>;
 
 #[cfg(test)]
 mod tests {

@@ -11,15 +11,38 @@ use crate::error::{Result, TrainError, io_err, write_atomic};
 pub enum Strategy {
     /// One device.
     SingleDevice,
-    /// Several devices of one host, one replica each (burn-train `MultiDevice`).
+    /// Several devices of one host, one replica each; gradients are summed and the
+    /// optimiser runs on the first device (burn-train `MultiDevice`).
     MultiDevice,
+    /// Distributed data parallel: one worker and optimiser per device, gradients
+    /// all-reduced (averaged) after every backward pass (burn-train
+    /// `DistributedDataParallel`).
+    DistributedDataParallel,
+}
+
+/// How long a run lasts. burn-train counts in epochs; in steps mode an "epoch" is a round
+/// of `eval_every` optimiser steps, each followed by validation and a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunLength {
+    /// Passes over the training set, each followed by validation and a checkpoint.
+    Epochs(usize),
+    /// A fixed number of optimiser steps, for data sets too large to pass over or
+    /// schedules stated in steps. The batches continue through seeded reshuffles of
+    /// the training set, one pass after another.
+    Steps {
+        /// Optimiser steps in the whole run; a multiple of `eval_every`.
+        steps: usize,
+        /// Optimiser steps between validations (and checkpoints).
+        eval_every: usize,
+    },
 }
 
 /// Everything a training run needs besides the model and the data.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
-    /// Passes over the training set.
-    pub epochs: usize,
+    /// Epochs, or optimiser steps with a validation interval.
+    pub length: RunLength,
     /// Examples per batch.
     pub batch_size: usize,
     /// Peak learning rate, reached at the end of the warmup.
@@ -42,7 +65,8 @@ pub struct TrainConfig {
     pub artifact_dir: PathBuf,
     /// Checkpoints kept (the most recent ones).
     pub keep_checkpoints: usize,
-    /// Stop when the validation loss has not improved for this many epochs.
+    /// Stop when the validation loss has not improved for this many rounds (epochs, or
+    /// validations in steps mode).
     pub early_stopping_patience: Option<usize>,
     /// Data-loading worker threads.
     pub num_workers: usize,
@@ -50,12 +74,37 @@ pub struct TrainConfig {
     pub strategy: Strategy,
 }
 
+/// How one run splits into the rounds burn-train calls epochs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunPlan {
+    /// Rounds (burn-train epochs), each ending in validation and a checkpoint.
+    pub rounds: usize,
+    /// Training examples drawn per round.
+    pub items_per_round: usize,
+    /// Batches per round.
+    pub batches_per_round: usize,
+    /// Optimiser steps per round (a partial accumulation at a round's end is a step).
+    pub steps_per_round: usize,
+}
+
+impl RunPlan {
+    /// Optimiser steps in the whole run.
+    pub fn total_steps(&self) -> usize {
+        self.rounds * self.steps_per_round
+    }
+
+    /// Training examples drawn in the whole run.
+    pub fn total_items(&self) -> usize {
+        self.rounds * self.items_per_round
+    }
+}
+
 impl TrainConfig {
     /// Defaults for a small model: AdamW (0.9, 0.95), weight decay 0.1, lr 1e-3 with 100
     /// warmup steps decaying to 1e-4, clipping at norm 1, batch 32.
     pub fn new(epochs: usize, artifact_dir: impl Into<PathBuf>) -> Self {
         Self {
-            epochs,
+            length: RunLength::Epochs(epochs),
             batch_size: 32,
             lr: 1e-3,
             min_lr: 1e-4,
@@ -73,29 +122,72 @@ impl TrainConfig {
         }
     }
 
+    /// The same defaults for a run of `steps` optimiser steps, validated and checkpointed
+    /// every `eval_every` steps.
+    pub fn steps(steps: usize, eval_every: usize, artifact_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            length: RunLength::Steps { steps, eval_every },
+            ..Self::new(1, artifact_dir)
+        }
+    }
+
+    /// How a run over `train_len` training examples splits into rounds.
+    pub fn plan(&self, train_len: usize) -> RunPlan {
+        let batch = self.batch_size.max(1);
+        let accum = self.grad_accumulation.max(1);
+        match self.length {
+            RunLength::Epochs(epochs) => {
+                let batches = train_len.div_ceil(batch);
+                RunPlan {
+                    rounds: epochs,
+                    items_per_round: train_len,
+                    batches_per_round: batches,
+                    steps_per_round: batches.div_ceil(accum),
+                }
+            }
+            RunLength::Steps { steps, eval_every } => RunPlan {
+                rounds: steps / eval_every.max(1),
+                items_per_round: eval_every * accum * batch,
+                batches_per_round: eval_every * accum,
+                steps_per_round: eval_every,
+            },
+        }
+    }
+
     /// Optimiser steps in the whole run for `train_len` training examples.
     pub fn total_steps(&self, train_len: usize) -> usize {
-        let batches = train_len.div_ceil(self.batch_size.max(1));
-        (batches / self.grad_accumulation.max(1)).max(1) * self.epochs
+        self.plan(train_len).total_steps()
     }
 
     /// Checks the configuration against the training set size.
     ///
     /// # Errors
-    /// Zero epochs, batch size, accumulation or kept checkpoints; a non-positive or
-    /// non-finite learning rate; `min_lr > lr`; betas outside `[0, 1)`; or a warmup at
-    /// least as long as the run.
+    /// Zero epochs, steps, batch size, accumulation or kept checkpoints; steps that are
+    /// not a multiple of `eval_every`; a non-positive or non-finite learning rate;
+    /// `min_lr > lr`; betas outside `[0, 1)`; or a warmup at least as long as the run.
     pub fn validate(&self, train_len: usize) -> Result<()> {
         let bad = |m: String| Err(TrainError::Config(m));
-        for (name, v) in [
-            ("epochs", self.epochs),
+        let length = match self.length {
+            RunLength::Epochs(e) => vec![("epochs", e)],
+            RunLength::Steps { steps, eval_every } => {
+                vec![("steps", steps), ("eval_every", eval_every)]
+            }
+        };
+        for (name, v) in length.into_iter().chain([
             ("batch_size", self.batch_size),
             ("grad_accumulation", self.grad_accumulation),
             ("keep_checkpoints", self.keep_checkpoints),
-        ] {
+        ]) {
             if v == 0 {
                 return bad(format!("{name} must be > 0, got 0"));
             }
+        }
+        if let RunLength::Steps { steps, eval_every } = self.length
+            && !steps.is_multiple_of(eval_every)
+        {
+            return bad(format!(
+                "steps {steps} is not a multiple of eval_every {eval_every}"
+            ));
         }
         if !self.lr.is_finite() || self.lr <= 0.0 {
             return bad(format!("lr must be finite and > 0, got {}", self.lr));
@@ -183,6 +275,9 @@ mod tests {
         );
         cfg.warmup_steps = 19;
         assert!(cfg.validate(100).is_ok());
+        cfg.grad_accumulation = 3; // 10 batches an epoch -> 4 steps, the last one partial
+        assert_eq!(cfg.total_steps(100), 8);
+        cfg.grad_accumulation = 1;
         cfg.min_lr = 1.0;
         assert!(
             cfg.validate(100)
@@ -190,5 +285,53 @@ mod tests {
                 .to_string()
                 .contains("min_lr")
         );
+    }
+
+    #[test]
+    fn steps_mode_plans_rounds_of_eval_every_steps() {
+        let mut cfg = TrainConfig::steps(600, 200, "unused");
+        cfg.batch_size = 8;
+        cfg.grad_accumulation = 2;
+        let plan = cfg.plan(50);
+        assert_eq!(
+            plan,
+            RunPlan {
+                rounds: 3,
+                items_per_round: 200 * 2 * 8,
+                batches_per_round: 400,
+                steps_per_round: 200,
+            }
+        );
+        assert_eq!(plan.total_steps(), 600);
+        assert_eq!(plan.total_items(), 9600);
+        assert!(cfg.validate(50).is_ok());
+        cfg.length = RunLength::Steps {
+            steps: 500,
+            eval_every: 200,
+        };
+        assert_eq!(
+            cfg.validate(50).unwrap_err().to_string(),
+            "invalid train config: steps 500 is not a multiple of eval_every 200"
+        );
+        cfg.length = RunLength::Steps {
+            steps: 500,
+            eval_every: 0,
+        };
+        assert_eq!(
+            cfg.validate(50).unwrap_err().to_string(),
+            "invalid train config: eval_every must be > 0, got 0"
+        );
+    }
+
+    #[test]
+    fn run_length_is_readable_json() {
+        let cfg = TrainConfig::steps(600, 200, "unused");
+        let json = serde_json::to_string(&cfg).unwrap();
+        assert!(
+            json.contains(r#""length":{"steps":{"steps":600,"eval_every":200}}"#),
+            "{json}"
+        );
+        let json = serde_json::to_string(&TrainConfig::new(4, "unused")).unwrap();
+        assert!(json.contains(r#""length":{"epochs":4}"#), "{json}");
     }
 }

@@ -14,9 +14,10 @@ pub enum TrainError {
         "loss is {value} at epoch {epoch}, step {step}; training stopped, the last good weights are kept"
     )]
     NonFiniteLoss {
-        /// The epoch (1-based).
+        /// The epoch, or round in steps mode (1-based).
         epoch: usize,
-        /// The step within the run (1-based, counting every optimiser step).
+        /// The training batch within the run (1-based, counting the rounds before a
+        /// resume).
         step: usize,
         /// The loss value.
         value: f32,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
@@ -11,6 +12,7 @@ use burn::data::dataset::InMemDataset;
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use burn::tensor::Device;
+use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
 use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError, KeepLastNCheckpoints};
 use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
@@ -19,8 +21,10 @@ use burn::train::{
     MultiDeviceOptim, SequenceOutput, StoppingCondition, SupervisedTraining, TrainStep,
 };
 
-use crate::config::{Strategy, TrainConfig};
+use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
+use crate::loader::{PassesDataset, RoundLoader};
+use crate::plot::plot_rounds;
 use crate::render::{ReportRenderer, SplitReport};
 use crate::schedule::WarmupCosine;
 use crate::task::{
@@ -89,10 +93,13 @@ pub type ReportSink = Box<dyn FnMut(&SplitReport) + Send + Sync>;
 pub struct FitResult<T> {
     /// The trained task (its model inside), in inference mode.
     pub task: T,
-    /// Per epoch, `split_metric` -> mean over the epoch's batches, from burn-train's logs.
+    /// Per round (epoch), `split_metric` -> mean over the round's batches, from
+    /// burn-train's logs, and `step` -> optimiser steps done at the round's end.
     pub epochs: Vec<BTreeMap<String, f64>>,
     /// Where the per-epoch table was written.
     pub metrics_csv: PathBuf,
+    /// The PNG of the loss and metric curves (`metrics.png`).
+    pub plot: PathBuf,
 }
 
 /// Writes each checkpoint through a temporary file and a rename, so a kill during a
@@ -138,6 +145,13 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
         }
         Ok(())
     }
+}
+
+/// Whether Burn 0.22.1 implements collective operations (the all-reduce of DDP) on
+/// `device`: only CUDA through cubecl does. Others would panic inside a worker thread.
+fn has_collectives(device: &Device) -> bool {
+    let name = format!("{device:?}");
+    name.starts_with("Cube") && name.contains("Cuda")
 }
 
 /// The last epoch whose model, optimiser and scheduler checkpoints all exist.
@@ -196,17 +210,33 @@ where
         .clone();
     let strategy = match cfg.strategy {
         Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
-        Strategy::MultiDevice => {
+        Strategy::MultiDevice | Strategy::DistributedDataParallel => {
             if devices.len() < 2 {
                 return Err(TrainError::Config(format!(
-                    "the multi-device strategy needs at least 2 devices, got {}",
+                    "the {:?} strategy needs at least 2 devices, got {}",
+                    cfg.strategy,
                     devices.len()
                 )));
             }
-            ExecutionStrategy::MultiDevice(
-                devices.iter().map(|d| d.clone().autodiff()).collect(),
-                MultiDeviceOptim::OptimMainDevice,
-            )
+            if cfg.strategy == Strategy::DistributedDataParallel
+                && let Some(d) = devices.iter().find(|d| !has_collectives(d))
+            {
+                return Err(TrainError::Config(format!(
+                    "the DistributedDataParallel strategy needs CUDA devices (Burn 0.22.1 \
+                     implements its all-reduce only there), got {d:?}; use MultiDevice"
+                )));
+            }
+            let devices = devices.iter().map(|d| d.clone().autodiff()).collect();
+            if cfg.strategy == Strategy::MultiDevice {
+                ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)
+            } else {
+                ExecutionStrategy::ddp(
+                    devices,
+                    DistributedConfig {
+                        all_reduce_op: ReduceOperation::Mean,
+                    },
+                )
+            }
         }
     };
     let dir = cfg.artifact_dir.clone();
@@ -223,12 +253,28 @@ where
     device.seed(cfg.seed);
     let ad = device.clone().autodiff();
 
-    let loader_train = DataLoaderBuilder::new(batcher.clone())
+    let start_epoch = if options.resume {
+        last_complete_checkpoint(&dir)
+    } else {
+        None
+    };
+    let plan = cfg.plan(train.len());
+    // One seeded stream of examples for the whole run, cut into rounds; no loader-side
+    // shuffling, so a resumed run continues the stream exactly.
+    let whole = DataLoaderBuilder::new(batcher.clone())
         .batch_size(cfg.batch_size)
-        .shuffle(cfg.seed)
         .num_workers(cfg.num_workers)
         .set_device(ad.clone())
-        .build(InMemDataset::new(train.clone()));
+        .build(PassesDataset::new(
+            Arc::new(train),
+            cfg.seed,
+            plan.total_items(),
+        ));
+    let loader_train: Arc<dyn burn::data::dataloader::DataLoader<_>> = Arc::new(RoundLoader::new(
+        &whole,
+        plan.items_per_round,
+        start_epoch.unwrap_or(0),
+    ));
     let loader_valid = DataLoaderBuilder::new(batcher)
         .batch_size(cfg.batch_size)
         .num_workers(cfg.num_workers)
@@ -244,7 +290,7 @@ where
         )
         .with_checkpointing_strategy(KeepLastNCheckpoints::new(cfg.keep_checkpoints))
         .with_training_strategy(strategy.into())
-        .num_epochs(cfg.epochs);
+        .num_epochs(plan.rounds);
     training = T::add_metrics(training);
     if cfg.grad_accumulation > 1 {
         training = training.grads_accumulation(cfg.grad_accumulation);
@@ -258,11 +304,6 @@ where
             StoppingCondition::NoImprovementSince { n_epochs: n },
         ));
     }
-    let start_epoch = if options.resume {
-        last_complete_checkpoint(&dir)
-    } else {
-        None
-    };
     if let Some(epoch) = start_epoch {
         training = training.checkpoint(epoch);
     }
@@ -283,30 +324,40 @@ where
     if let Some(c) = cfg.grad_clip {
         optim = optim.with_grad_clipping(Some(GradientClippingConfig::Norm(c)));
     }
-    let total = cfg.total_steps(train.len());
-    let schedule = WarmupCosine::new(cfg.lr, cfg.min_lr, cfg.warmup_steps, total);
+    let schedule = WarmupCosine::new(cfg.lr, cfg.min_lr, cfg.warmup_steps, plan.total_steps());
     let result = training.launch(Learner::new(task, optim.init(), schedule));
 
     if let Some((step, value)) = guard.tripped() {
-        let per_epoch = train.len().div_ceil(cfg.batch_size).max(1);
+        let per_round = plan.batches_per_round.max(1);
+        let step = start_epoch.unwrap_or(0) * per_round + step;
         return Err(TrainError::NonFiniteLoss {
-            epoch: start_epoch.unwrap_or(0) + (step - 1) / per_epoch + 1,
+            epoch: (step - 1) / per_round + 1,
             step,
             value,
         });
     }
-    let epochs = read_epoch_means(&dir)?;
+    let mut epochs = read_epoch_means(&dir)?;
+    for (i, e) in epochs.iter_mut().enumerate() {
+        e.insert("step".into(), ((i + 1) * plan.steps_per_round) as f64);
+    }
     let metrics_csv = dir.join("metrics.csv");
     write_atomic(&metrics_csv, metrics_table(&epochs).as_bytes())?;
+    let x_axis = match cfg.length {
+        RunLength::Epochs(_) => "epoch",
+        RunLength::Steps { .. } => "step",
+    };
+    let plot = plot_rounds(&epochs, x_axis, &dir)?;
     Ok(FitResult {
         task: result.model,
         epochs,
         metrics_csv,
+        plot,
     })
 }
 
 /// Reads burn-train's per-epoch metric logs (`{split}/epoch-{n}/{Metric}.log`, one
-/// batch value a line, optionally `value,count`) into per-epoch means.
+/// batch value a line as `value` or `value,count`, then `value,final`) into per-epoch
+/// values: the `final` aggregate where present, else the count-weighted mean.
 pub fn read_epoch_means(dir: &Path) -> Result<Vec<BTreeMap<String, f64>>> {
     let mut epochs: BTreeMap<usize, BTreeMap<String, f64>> = BTreeMap::new();
     for split in ["train", "valid"] {
@@ -331,17 +382,24 @@ pub fn read_epoch_means(dir: &Path) -> Result<Vec<BTreeMap<String, f64>>> {
                 };
                 let text = std::fs::read_to_string(f.path()).map_err(io_err(&f.path()))?;
                 let (mut sum, mut n) = (0.0, 0.0);
+                let mut last_final = None;
                 for line in text.lines() {
                     let mut parts = line.split(',');
                     let Some(v) = parts.next().and_then(|v| v.trim().parse::<f64>().ok()) else {
                         continue;
                     };
-                    let w = parts
-                        .next()
-                        .and_then(|c| c.trim().parse::<f64>().ok())
-                        .unwrap_or(1.0);
-                    sum += v * w;
-                    n += w;
+                    match parts.next().map(str::trim) {
+                        // burn-train's own aggregate of the epoch closes the file.
+                        Some("final") => last_final = Some(v),
+                        count => {
+                            let w = count.and_then(|c| c.parse::<f64>().ok()).unwrap_or(1.0);
+                            sum += v * w;
+                            n += w;
+                        }
+                    }
+                }
+                if let Some(v) = last_final {
+                    (sum, n) = (v, 1.0);
                 }
                 if n > 0.0 {
                     let key = format!("{split}_{}", metric.to_lowercase());
@@ -359,7 +417,8 @@ pub fn read_epoch_means(dir: &Path) -> Result<Vec<BTreeMap<String, f64>>> {
 /// The per-epoch table as CSV: `epoch` then one column per `split_metric`.
 pub fn metrics_table(epochs: &[BTreeMap<String, f64>]) -> String {
     let mut columns: Vec<&String> = epochs.iter().flat_map(|e| e.keys()).collect();
-    columns.sort();
+    // `step` first, then the metrics in name order.
+    columns.sort_by_key(|c| (c.as_str() != "step", c.as_str()));
     columns.dedup();
     let mut out = String::from("epoch");
     for c in &columns {
@@ -389,11 +448,13 @@ mod tests {
         let mut a = BTreeMap::new();
         a.insert("train_loss".to_string(), 2.0);
         a.insert("valid_loss".to_string(), 2.5);
+        a.insert("step".to_string(), 10.0);
         let mut b = BTreeMap::new();
         b.insert("train_loss".to_string(), 1.0);
+        b.insert("step".to_string(), 20.0);
         assert_eq!(
             metrics_table(&[a, b]),
-            "epoch,train_loss,valid_loss\n1,2,2.5\n2,1,\n"
+            "epoch,step,train_loss,valid_loss\n1,10,2,2.5\n2,20,1,\n"
         );
     }
 }

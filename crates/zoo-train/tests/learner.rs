@@ -9,7 +9,7 @@ use burn::module::Module;
 use zoo_data::Seq2SeqBatcher;
 use zoo_train::toy::{BlobBatcher, Mlp, ToySeq2Seq, blobs, copy_items};
 use zoo_train::{
-    ClassificationTask, FitOptions, Seq2SeqTask, TrainConfig, TrainError, fit,
+    ClassificationTask, FitOptions, Seq2SeqTask, Strategy, TrainConfig, TrainError, fit,
     last_complete_checkpoint,
 };
 
@@ -140,7 +140,8 @@ fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
     match err {
         TrainError::NonFiniteLoss { epoch, step, value } => {
             assert_eq!(epoch, 3, "{err:?}");
-            assert!((1..=25).contains(&step), "step {step} of a 25-step epoch");
+            // Steps count through the run: epoch 3 holds batches 51..=75.
+            assert!((51..=75).contains(&step), "step {step} outside epoch 3");
             assert!(value.is_nan());
             assert!(err.to_string().contains(&format!("step {step}")));
         }
@@ -175,12 +176,13 @@ fn toy() -> Command {
     Command::new(env!("CARGO_BIN_EXE_zoo-train-toy"))
 }
 
-#[test]
-fn resume_after_sigkill_finishes_the_run() {
-    let dir = temp_dir("resume");
+/// Runs the toy with `args` (8 rounds), SIGKILLs it after 2 complete checkpoints,
+/// resumes it to the end, and checks the resumed run against an uninterrupted one.
+fn kill_and_resume(name: &str, args: &[&str]) {
+    let dir = temp_dir(name);
     let mut child = toy()
         .arg(&dir)
-        .args(["--epochs", "8", "--items", "6000"])
+        .args(args)
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -194,17 +196,13 @@ fn resume_after_sigkill_finishes_the_run() {
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the run ended before it could be killed: {status}");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     child.kill().unwrap(); // SIGKILL on Unix
     child.wait().unwrap();
     let killed_at = last_complete_checkpoint(&dir).unwrap();
     assert!(killed_at < 8, "the run finished before the kill");
-    let out = toy()
-        .arg(&dir)
-        .args(["--epochs", "8", "--items", "6000", "--resume"])
-        .output()
-        .unwrap();
+    let out = toy().arg(&dir).args(args).arg("--resume").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -217,7 +215,40 @@ fn resume_after_sigkill_finishes_the_run() {
     );
     assert!(stdout.contains("done: 8 epochs"), "{stdout}");
     assert_eq!(last_complete_checkpoint(&dir), Some(8));
+    // The resumed run saw the batches, schedule and optimiser state the uninterrupted
+    // run saw, so every round after the kill ends with the same losses.
+    let whole = temp_dir(&format!("{name}-whole"));
+    let out = toy().arg(&whole).args(args).output().unwrap();
+    assert!(out.status.success());
+    for column in ["train_loss", "valid_loss"] {
+        let resumed = csv_column(&dir.join("metrics.csv"), column);
+        let straight = csv_column(&whole.join("metrics.csv"), column);
+        assert_eq!(resumed.len(), 8);
+        for round in killed_at..8 {
+            let (a, b) = (resumed[round], straight[round]);
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs(),
+                "{column} of round {}: resumed {a}, uninterrupted {b}",
+                round + 1
+            );
+        }
+    }
     std::fs::remove_dir_all(dir).ok();
+    std::fs::remove_dir_all(whole).ok();
+}
+
+#[test]
+fn resume_after_sigkill_finishes_the_run_as_if_uninterrupted() {
+    kill_and_resume("resume", &["--epochs", "8", "--items", "6000"]);
+}
+
+#[test]
+fn resume_after_sigkill_in_steps_mode() {
+    // 8 rounds of 40 steps over 1000 examples: rounds cross passes.
+    kill_and_resume(
+        "resume-steps",
+        &["--steps", "320", "--eval-every", "40", "--items", "1000"],
+    );
 }
 
 #[test]
@@ -241,4 +272,132 @@ fn same_seed_same_losses() {
     for d in dirs {
         std::fs::remove_dir_all(d).ok();
     }
+}
+
+#[test]
+fn learning_in_steps_mode_validates_every_eval_every_steps() {
+    let device = zoo_device::test_device();
+    let dir = temp_dir("steps");
+    // 300 examples of batch 16 is 19 batches an epoch; 60 steps cross three passes.
+    let mut cfg = TrainConfig::steps(60, 20, &dir);
+    cfg.batch_size = 16;
+    cfg.warmup_steps = 10;
+    cfg.lr = 1e-2;
+    cfg.min_lr = 1e-3;
+    cfg.keep_checkpoints = 3;
+    let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
+    let out = fit(
+        ClassificationTask::new(model),
+        blobs(300, 4, 16, 5, &[]),
+        blobs(200, 4, 16, 6, &[]),
+        BlobBatcher,
+        &cfg,
+        std::slice::from_ref(&device),
+        FitOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(csv_column(&out.metrics_csv, "step"), [20.0, 40.0, 60.0]);
+    assert_eq!(last_complete_checkpoint(&dir), Some(3));
+    // Each round trained on exactly 20 batches of 16.
+    for round in 1..=3 {
+        let log =
+            std::fs::read_to_string(dir.join(format!("train/epoch-{round}/Loss.log"))).unwrap();
+        let batches = log.lines().filter(|l| !l.ends_with(",final")).count();
+        assert_eq!(batches, 20, "round {round}");
+    }
+    let acc = out.epochs.last().unwrap()["valid_accuracy"];
+    assert!(acc > 90.0, "valid accuracy {acc}");
+    let png = std::fs::read(&out.plot).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Trains the toy classifier on two copies of the test device with `strategy`, on a
+/// watchdog: a strategy that hangs fails the test instead of the suite.
+fn two_device_run(strategy: Strategy, name: &str) -> Vec<f64> {
+    let device = zoo_device::test_device();
+    let dir = temp_dir(name);
+    let mut cfg = toy_config(2, &dir);
+    cfg.strategy = strategy;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let run_dir = dir.clone();
+    std::thread::spawn(move || {
+        let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
+        let out = fit(
+            ClassificationTask::new(model),
+            blobs(800, 4, 16, 9, &[]),
+            blobs(200, 4, 16, 10, &[]),
+            BlobBatcher,
+            &cfg,
+            &[device.clone(), device],
+            FitOptions::default(),
+        );
+        tx.send(out.map(|o| {
+            o.epochs
+                .iter()
+                .map(|e| e["valid_accuracy"])
+                .collect::<Vec<_>>()
+        }))
+        .ok();
+    });
+    let acc = rx
+        .recv_timeout(Duration::from_secs(300))
+        .expect("no result after 300 s")
+        .unwrap();
+    assert_eq!(last_complete_checkpoint(&run_dir), Some(2));
+    std::fs::remove_dir_all(dir).ok();
+    acc
+}
+
+#[test]
+fn learning_on_two_devices_with_multi_device() {
+    let acc = two_device_run(Strategy::MultiDevice, "multi");
+    assert!(acc[1] > 90.0, "valid accuracy per epoch {acc:?}");
+}
+
+#[test]
+fn ddp_outside_cuda_is_a_clear_error() {
+    let device = zoo_device::test_device();
+    if format!("{device:?}").contains("Cuda") {
+        zoo_device::record_skip("ddp_outside_cuda_is_a_clear_error", "a CUDA device");
+        return;
+    }
+    let mut cfg = toy_config(2, &temp_dir("ddp"));
+    cfg.strategy = Strategy::DistributedDataParallel;
+    let err = fit(
+        ClassificationTask::new(Mlp::new(16, 64, 4, &device.clone().autodiff())),
+        blobs(100, 4, 16, 1, &[]),
+        blobs(20, 4, 16, 2, &[]),
+        BlobBatcher,
+        &cfg,
+        &[device.clone(), device.clone()],
+        FitOptions::default(),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("needs CUDA devices") && msg.contains(&format!("{device:?}")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn several_devices_are_required_by_multi_device_strategies() {
+    let device = zoo_device::test_device();
+    let mut cfg = toy_config(2, &temp_dir("one-device"));
+    cfg.strategy = Strategy::DistributedDataParallel;
+    let err = fit(
+        ClassificationTask::new(Mlp::new(16, 64, 4, &device.clone().autodiff())),
+        blobs(100, 4, 16, 1, &[]),
+        blobs(20, 4, 16, 2, &[]),
+        BlobBatcher,
+        &cfg,
+        std::slice::from_ref(&device),
+        FitOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid train config: the DistributedDataParallel strategy needs at least 2 devices, got 1"
+    );
 }

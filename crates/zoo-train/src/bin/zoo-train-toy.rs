@@ -1,25 +1,38 @@
 //! Trains the synthetic blob classifier through `zoo_train::fit`: a small program for
 //! trying the learner (and for the resume and determinism tests, which kill and rerun it).
 //!
-//! `zoo-train-toy <artifact_dir> [--epochs N] [--items N] [--resume] [--seed S]`
+//! `zoo-train-toy <artifact_dir> [--epochs N | --steps N --eval-every K] [--items N]
+//! [--resume] [--seed S]`
 
 use zoo_train::toy::{BlobBatcher, Mlp, blobs};
 use zoo_train::{ClassificationTask, FitOptions, TrainConfig, fit};
 
+const USAGE: &str = "usage: zoo-train-toy <artifact_dir> [--epochs N | --steps N --eval-every K] \
+                     [--items N] [--resume] [--seed S]";
+
+/// The value after `name`, parsed; `default` when the flag is absent; exit 2 when the
+/// value is missing or does not parse.
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    let Some(i) = args.iter().position(|a| a == name) else {
+        return default;
+    };
+    match args.get(i + 1).map(|v| (v, v.parse())) {
+        Some((_, Ok(v))) => v,
+        Some((v, Err(_))) => {
+            eprintln!("error: {name} expects a number, got '{v}'\n{USAGE}");
+            std::process::exit(2);
+        }
+        None => {
+            eprintln!("error: {name} needs a value\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let Some(dir) = args.get(1).filter(|a| !a.starts_with("--")) else {
-        eprintln!(
-            "usage: zoo-train-toy <artifact_dir> [--epochs N] [--items N] [--resume] [--seed S]"
-        );
+        eprintln!("{USAGE}");
         std::process::exit(2);
     };
     let epochs = arg(&args, "--epochs", 6usize);
@@ -30,13 +43,18 @@ fn main() {
         eprintln!("error: {e}");
         std::process::exit(2);
     });
-    let mut cfg = TrainConfig::new(epochs, dir);
+    let steps = arg(&args, "--steps", 0usize);
+    let mut cfg = if steps > 0 {
+        TrainConfig::steps(steps, arg(&args, "--eval-every", steps), dir)
+    } else {
+        TrainConfig::new(epochs, dir)
+    };
     cfg.batch_size = 16;
     cfg.warmup_steps = 10;
     cfg.lr = 1e-2;
     cfg.min_lr = 1e-3;
     cfg.seed = seed;
-    cfg.keep_checkpoints = epochs;
+    cfg.keep_checkpoints = cfg.plan(items).rounds;
     device.seed(seed);
     let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
     let options = FitOptions {

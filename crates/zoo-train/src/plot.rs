@@ -1,0 +1,300 @@
+//! `metrics.png`: the loss and metric curves of a run, drawn with plotters after training.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+
+use crate::error::{Result, TrainError, io_err};
+
+/// Where a TrueType font for titles, ticks and legends is looked for (Debian's
+/// `fonts-dejavu-core` first); the `ZOO_PLOT_FONT` variable names another file.
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/Library/Fonts/Arial Unicode.ttf",
+];
+
+/// Size of one panel in pixels.
+pub const PANEL: (u32, u32) = (420, 360);
+
+/// Registers a font with plotters once; `false` when none was found, and the plot is then
+/// drawn without text.
+fn font_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        let candidates = std::env::var("ZOO_PLOT_FONT")
+            .ok()
+            .into_iter()
+            .chain(FONT_PATHS.iter().map(|p| p.to_string()));
+        for path in candidates {
+            if let Ok(bytes) = std::fs::read(&path) {
+                // plotters keeps registered fonts for the life of the program.
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        log::warn!("no font found for the plot's labels; set ZOO_PLOT_FONT to a .ttf file");
+        false
+    })
+}
+
+/// One panel: a metric and its train / valid curves as `(x, value)` points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    /// The metric, e.g. `loss`.
+    pub metric: String,
+    /// `(split_metric, points)`, train before valid.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Groups the per-round table into one panel per metric (loss first), with `x` the round
+/// number, or the `step` column when `x_axis` is `step`. Non-finite values are left out.
+pub fn panels(rounds: &[BTreeMap<String, f64>], x_axis: &str) -> Vec<Panel> {
+    let mut by_metric: BTreeMap<(bool, String), Vec<String>> = BTreeMap::new();
+    for key in rounds.iter().flat_map(|r| r.keys()) {
+        let Some((_, metric)) = key.split_once('_') else {
+            continue;
+        };
+        let series = by_metric
+            .entry((metric != "loss", metric.to_string()))
+            .or_default();
+        if !series.contains(key) {
+            series.push(key.clone());
+        }
+    }
+    by_metric
+        .into_iter()
+        .map(|((_, metric), mut keys)| {
+            keys.sort();
+            let series = keys
+                .into_iter()
+                .map(|k| {
+                    let points = rounds
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, r)| {
+                            let x = if x_axis == "step" {
+                                *r.get("step")?
+                            } else {
+                                (i + 1) as f64
+                            };
+                            r.get(&k).filter(|v| v.is_finite()).map(|v| (x, *v))
+                        })
+                        .collect();
+                    (k, points)
+                })
+                .collect();
+            Panel { metric, series }
+        })
+        .collect()
+}
+
+/// Draws `dir/metrics.png`, one panel per metric, through a temporary file and a rename.
+/// Titles, ticks and legends need a font (see [`FONT_PATHS`]); without one the curves are
+/// drawn alone and a warning is logged.
+///
+/// # Errors
+/// An empty table, or a failure to draw or write the file.
+pub fn plot_rounds(rounds: &[BTreeMap<String, f64>], x_axis: &str, dir: &Path) -> Result<PathBuf> {
+    let panels = panels(rounds, x_axis);
+    if panels.is_empty() {
+        return Err(TrainError::Format("no metrics to plot".into()));
+    }
+    let path = dir.join("metrics.png");
+    // The bitmap backend picks its encoder from the extension, so the name ends in .png.
+    let tmp = dir.join(".metrics.tmp.png");
+    draw(&panels, x_axis, font_ready(), &tmp)
+        .map_err(|e| TrainError::Format(format!("plot {}: {e}", path.display())))?;
+    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    Ok(path)
+}
+
+/// The colour of the `i`-th curve of a panel.
+pub fn curve_color(i: usize) -> RGBColor {
+    let (r, g, b) = Palette99::pick(i).rgb();
+    RGBColor(r, g, b)
+}
+
+fn draw(
+    panels: &[Panel],
+    x_axis: &str,
+    text: bool,
+    file: &Path,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let width = PANEL.0 * panels.len() as u32;
+    let root = BitMapBackend::new(file, (width, PANEL.1)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let areas = root.split_evenly((1, panels.len()));
+    for (area, panel) in areas.iter().zip(panels) {
+        let points = panel.series.iter().flat_map(|(_, p)| p);
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+        for &(x, y) in points {
+            (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+        }
+        if x0 > x1 {
+            continue; // nothing finite to draw
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        let pad = ((y1 - y0) * 0.05).max(1e-6);
+        let mut builder = ChartBuilder::on(area);
+        builder.margin(14);
+        if text {
+            builder
+                .caption(&panel.metric, ("sans-serif", 20))
+                .x_label_area_size(35)
+                .y_label_area_size(55);
+        }
+        let mut chart = builder.build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))?;
+        if text {
+            chart.configure_mesh().x_desc(x_axis).draw()?;
+        } else {
+            chart
+                .configure_mesh()
+                .x_labels(0)
+                .y_labels(0)
+                .disable_mesh()
+                .draw()?;
+        }
+        for (i, (name, pts)) in panel.series.iter().enumerate() {
+            let color = curve_color(i);
+            let drawn = chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
+            if text {
+                drawn
+                    .label(name.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+            }
+        }
+        if text {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rounds() -> Vec<BTreeMap<String, f64>> {
+        (1..=6)
+            .map(|r| {
+                let mut m = BTreeMap::new();
+                m.insert("step".to_string(), 50.0 * r as f64);
+                m.insert("train_loss".to_string(), 3.0 / r as f64);
+                m.insert("valid_loss".to_string(), 3.3 / r as f64);
+                m.insert("valid_accuracy".to_string(), 15.0 * r as f64);
+                m.insert("train_learning_rate".to_string(), 1e-3);
+                m
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_panel_per_metric_loss_first_with_step_or_round_on_x() {
+        let mut table = rounds();
+        table[1].insert("valid_loss".into(), f64::NAN);
+        let p = panels(&table, "step");
+        let names: Vec<&str> = p.iter().map(|p| p.metric.as_str()).collect();
+        assert_eq!(names, ["loss", "accuracy", "learning_rate"]);
+        assert_eq!(p[0].series[0].0, "train_loss");
+        assert_eq!(p[0].series[0].1[..2], [(50.0, 3.0), (100.0, 1.5)]);
+        // The NaN of round 2 is left out.
+        assert_eq!(p[0].series[1].1.len(), 5);
+        assert_eq!(p[0].series[1].1[1].0, 150.0);
+        let p = panels(&table, "epoch");
+        assert_eq!(p[1].series[0].1[2], (3.0, 45.0));
+    }
+
+    /// Rows (y) of the pixels of `color` in panel `k`, at the left and right fifths.
+    fn curve_rows(img: &image::RgbImage, k: u32, color: RGBColor) -> (f64, f64) {
+        let mean_row = |x_from: u32, x_to: u32| {
+            let rows: Vec<u32> = (x_from..x_to)
+                .flat_map(|x| (0..img.height()).map(move |y| (x, y)))
+                .filter(|&(x, y)| img.get_pixel(x, y).0 == [color.0, color.1, color.2])
+                .map(|(_, y)| y)
+                .collect();
+            assert!(
+                !rows.is_empty(),
+                "no curve pixels in panel {k} at x {x_from}..{x_to}"
+            );
+            rows.iter().sum::<u32>() as f64 / rows.len() as f64
+        };
+        let x = k * PANEL.0;
+        (
+            mean_row(x + 90, x + 150),
+            mean_row(x + PANEL.0 - 100, x + PANEL.0 - 40),
+        )
+    }
+
+    fn draw_to_image(with_text: bool) -> image::RgbImage {
+        let dir = std::env::temp_dir().join(format!("zoo-plot-{}-{with_text}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("metrics.png");
+        draw(&panels(&rounds(), "step"), "step", with_text, &file).unwrap();
+        let img = image::open(&file).unwrap().to_rgb8();
+        std::fs::remove_dir_all(dir).ok();
+        assert_eq!(img.dimensions(), (3 * PANEL.0, PANEL.1));
+        img
+    }
+
+    fn dark_pixels(img: &image::RgbImage) -> usize {
+        img.pixels()
+            .filter(|p| p.0.iter().all(|&c| c < 100))
+            .count()
+    }
+
+    #[test]
+    fn draws_falling_loss_and_rising_accuracy() {
+        let img = draw_to_image(false);
+        // Loss falls: the train-loss curve (first colour) sits lower on the right.
+        let (left, right) = curve_rows(&img, 0, curve_color(0));
+        assert!(right > left + 50.0, "loss curve rows {left} -> {right}");
+        // Accuracy rises: its only curve sits higher on the right.
+        let (left, right) = curve_rows(&img, 1, curve_color(0));
+        assert!(right + 50.0 < left, "accuracy curve rows {left} -> {right}");
+    }
+
+    #[test]
+    fn draws_titles_ticks_and_legends_with_a_font() {
+        if !font_ready() {
+            zoo_device::record_skip(
+                "draws_titles_ticks_and_legends_with_a_font",
+                "no font (install fonts-dejavu-core or set ZOO_PLOT_FONT)",
+            );
+            return;
+        }
+        let bare = dark_pixels(&draw_to_image(false));
+        let labelled = dark_pixels(&draw_to_image(true));
+        assert!(
+            labelled > bare + 2_000,
+            "text adds too few dark pixels: {bare} -> {labelled}"
+        );
+    }
+
+    #[test]
+    fn plot_rounds_writes_atomically_and_rejects_an_empty_table() {
+        let dir = std::env::temp_dir().join(format!("zoo-plot-rounds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = plot_rounds(&rounds(), "epoch", &dir).unwrap();
+        assert_eq!(path, dir.join("metrics.png"));
+        assert_eq!(&std::fs::read(&path).unwrap()[1..4], b"PNG");
+        assert!(!dir.join(".metrics.tmp.png").exists());
+        assert_eq!(
+            plot_rounds(&[], "epoch", &dir).unwrap_err().to_string(),
+            "no metrics to plot"
+        );
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

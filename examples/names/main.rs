@@ -60,13 +60,8 @@ fn main() -> Result<(), Error> {
     let mut settings = NamesSettings::seeds(args.epochs, &args.artifacts);
     settings.seed = args.seed;
     settings.alpha = args.alpha;
-    let report = Box::new(|r: &zoo_train::SplitReport| {
-        if let Some(loss) = r.values.get("Loss") {
-            println!("epoch {:>3} {:<5} loss {loss:.4}", r.epoch, r.split);
-        }
-    });
     let start = std::time::Instant::now();
-    let out = train(&settings, &device, Some(report))?;
+    let out = train(&settings, &device, None)?;
     let secs = start.elapsed().as_secs_f64();
     for (i, e) in out.epochs.iter().enumerate() {
         println!(

@@ -94,11 +94,6 @@ fn main() -> Result<(), Error> {
         train_items.len(),
         args.epochs
     );
-    let report = Box::new(|r: &zoo_train::SplitReport| {
-        if let Some(loss) = r.values.get("Loss") {
-            println!("epoch {:>2} {:<5} loss {loss:.4}", r.epoch, r.split);
-        }
-    });
     let start = std::time::Instant::now();
     let fitted = fit(
         CausalLmTask::new(model),
@@ -109,7 +104,7 @@ fn main() -> Result<(), Error> {
         std::slice::from_ref(&device),
         FitOptions {
             resume: args.resume,
-            report: Some(report),
+            ..FitOptions::default()
         },
     )?;
     let secs = start.elapsed().as_secs_f64();

@@ -179,8 +179,8 @@ pub mod names {
         cfg.weight_decay = 0.01;
         cfg.seed = settings.seed;
         let options = FitOptions {
-            resume: false,
             report,
+            ..FitOptions::default()
         };
         let fitted = fit(
             CausalLmTask::new(model),

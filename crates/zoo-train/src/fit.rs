@@ -16,6 +16,7 @@ use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
 use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError, KeepLastNCheckpoints};
 use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
+use burn::train::renderer::CliMetricsRenderer;
 use burn::train::{
     ExecutionStrategy, InferenceStep, Learner, LearnerModel, MetricEarlyStoppingStrategy,
     MultiDeviceOptim, SequenceOutput, StoppingCondition, SupervisedTraining, TrainStep,
@@ -25,7 +26,7 @@ use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
 use crate::loader::{PassesDataset, RoundLoader};
 use crate::plot::plot_rounds;
-use crate::render::{ReportRenderer, SplitReport};
+use crate::render::{Progress, ReportRenderer, SplitReport};
 use crate::schedule::WarmupCosine;
 use crate::task::{
     CausalLmTask, ClassLogits, ClassificationTask, Guarded, NanGuard, Seq2SeqLogits, Seq2SeqTask,
@@ -80,8 +81,10 @@ impl<M: ClassLogits> Task for ClassificationTask<M> {
 pub struct FitOptions {
     /// Continue from the last complete checkpoint in the artifact folder.
     pub resume: bool,
-    /// Called at the end of every train and validation split (when stdout is not a
-    /// terminal; on a terminal burn-train's TUI shows progress).
+    /// How progress is shown.
+    pub progress: Progress,
+    /// With [`Progress::Lines`] (or `Auto` off a terminal), called at the end of every
+    /// train and validation split instead of printing its line.
     pub report: Option<ReportSink>,
 }
 
@@ -307,12 +310,18 @@ where
     if let Some(epoch) = start_epoch {
         training = training.checkpoint(epoch);
     }
-    if !std::io::stdout().is_terminal() {
-        let sink = options
-            .report
-            .take()
-            .unwrap_or_else(|| Box::new(|_: &SplitReport| {}));
-        training = training.renderer(Box::new(ReportRenderer::new(sink)));
+    match options.progress {
+        Progress::Auto if std::io::stdout().is_terminal() => {} // burn-train's TUI
+        Progress::BurnCli => {
+            training = training.renderer(Box::new(CliMetricsRenderer::new()));
+        }
+        Progress::Auto | Progress::Lines => {
+            let sink = options
+                .report
+                .take()
+                .unwrap_or_else(|| Box::new(|r: &SplitReport| println!("{r}")));
+            training = training.renderer(Box::new(ReportRenderer::new(sink)));
+        }
     }
     let guard = NanGuard::new(training.interrupter());
     let task = task.guarded(guard.clone()).to_device(&ad);

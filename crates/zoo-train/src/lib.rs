@@ -12,6 +12,31 @@
 //! - [`fit`]: atomic checkpoints, `resume` (the run continues with the same batches it
 //!   would have seen), a NaN guard that stops with the step named, per-round
 //!   `metrics.csv` and `metrics.png`.
+//!
+//! ```no_run
+//! use zoo_train::toy::{BlobBatcher, Mlp, blobs};
+//! use zoo_train::{ClassificationTask, FitOptions, TrainConfig, fit};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let device = zoo_device::select(zoo_device::BackendName::Flex)?;
+//! let mut cfg = TrainConfig::steps(300, 100, "artifacts/blobs");
+//! cfg.batch_size = 16;
+//! cfg.lr = 1e-2;
+//! let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
+//! let out = fit(
+//!     ClassificationTask::new(model),
+//!     blobs(2000, 4, 16, 1, &[]),
+//!     blobs(400, 4, 16, 2, &[]),
+//!     BlobBatcher,
+//!     &cfg,
+//!     &[device],
+//!     FitOptions::default(),
+//! )?;
+//! assert_eq!(out.epochs.len(), 3);
+//! println!("{} {}", out.metrics_csv.display(), out.plot.display());
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 pub mod config;
@@ -27,7 +52,7 @@ pub mod toy;
 pub use config::{RunLength, RunPlan, Strategy, TrainConfig};
 pub use error::{Result, TrainError, write_atomic};
 pub use fit::{FitOptions, FitResult, Task, fit, last_complete_checkpoint};
-pub use render::SplitReport;
+pub use render::{Progress, SplitReport};
 pub use schedule::WarmupCosine;
 pub use task::{
     CausalLmTask, ClassLogits, ClassificationBatch, ClassificationTask, NanGuard, Seq2SeqLogits,

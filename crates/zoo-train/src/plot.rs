@@ -153,7 +153,11 @@ fn draw(
         }
         let mut chart = builder.build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))?;
         if text {
-            chart.configure_mesh().x_desc(x_axis).draw()?;
+            chart
+                .configure_mesh()
+                .x_desc(x_axis)
+                .x_label_formatter(&|x| format!("{x:.0}"))
+                .draw()?;
         } else {
             chart
                 .configure_mesh()

@@ -1,5 +1,9 @@
-//! Progress for people: burn-train's TUI on a terminal, otherwise one report per split
-//! and epoch through a callback, so logs stay readable.
+//! Progress for people: burn-train's TUI on a terminal, otherwise one line per split and
+//! epoch with its metrics, so logs stay readable.
+//!
+//! burn-train 0.22's own plain renderer ([`Progress::BurnCli`]) prints a progress record
+//! per batch and no metric values, which buries a CI log; [`ReportRenderer`] is the
+//! default off a terminal instead.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -10,6 +14,19 @@ use burn::train::renderer::{
     MetricsRendererTraining,
 };
 
+/// How [`fit`](crate::fit()) shows progress.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Progress {
+    /// burn-train's TUI when stdout is a terminal, otherwise [`Progress::Lines`].
+    #[default]
+    Auto,
+    /// One [`SplitReport`] per split and epoch: printed to stdout, or handed to the
+    /// `report` callback of `FitOptions` when one is given.
+    Lines,
+    /// burn-train's plain CLI renderer (a progress record per batch).
+    BurnCli,
+}
+
 /// The metrics of one split of one epoch, as burn-train last reported them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SplitReport {
@@ -19,6 +36,21 @@ pub struct SplitReport {
     pub split: String,
     /// Metric name -> value.
     pub values: BTreeMap<String, f64>,
+}
+
+impl core::fmt::Display for SplitReport {
+    /// `epoch   3 valid  Accuracy 99.2500  Loss 0.0107`: metrics in name order.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "epoch {:>3} {:<5}", self.epoch, self.split)?;
+        for (name, v) in &self.values {
+            if v.abs() >= 1e-3 || *v == 0.0 {
+                write!(f, "  {name} {v:.4}")?;
+            } else {
+                write!(f, "  {name} {v:.3e}")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 type Sink = Box<dyn FnMut(&SplitReport) + Send + Sync>;
@@ -142,5 +174,27 @@ impl MetricsRenderer for ReportRenderer {
     fn register_metric(&mut self, definition: MetricDefinition) {
         self.names
             .insert(definition.metric_id.clone(), definition.name.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_prints_as_one_line() {
+        let mut values = BTreeMap::new();
+        values.insert("Loss".to_string(), 0.010_727);
+        values.insert("Accuracy".to_string(), 99.25);
+        values.insert("Learning Rate".to_string(), 1.2e-4);
+        let r = SplitReport {
+            epoch: 3,
+            split: "valid".into(),
+            values,
+        };
+        assert_eq!(
+            r.to_string(),
+            "epoch   3 valid  Accuracy 99.2500  Learning Rate 1.200e-4  Loss 0.0107"
+        );
     }
 }

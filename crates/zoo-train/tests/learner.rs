@@ -133,7 +133,7 @@ fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
         std::slice::from_ref(&device),
         FitOptions {
             resume: true,
-            report: None,
+            ..FitOptions::default()
         },
     )
     .unwrap_err();

@@ -80,8 +80,15 @@ fn main() -> ExitCode {
 
 /// The workspace root: cargo commands run from there whatever the caller's directory.
 fn workspace_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+    // `cargo run` sets the variable at run time too. Prefer it: a binary built from
+    // another checkout sharing the target folder (and left "fresh" by cargo, whose
+    // fingerprints do not include the checkout's path) would carry that checkout's path.
+    let manifest_dir = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
+        .parent()
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
 }
 
 /// `$ZOO_CACHE`, else `$HOME/.cache/burn-model-zoo`: shared with `.ci/run`.

@@ -60,6 +60,7 @@ fn main() -> Result<(), Error> {
     let mut settings = NamesSettings::seeds(args.epochs, &args.artifacts);
     settings.seed = args.seed;
     settings.alpha = args.alpha;
+    settings.device = args.device.clone();
     let start = std::time::Instant::now();
     let out = train(&settings, &device, None)?;
     let secs = start.elapsed().as_secs_f64();

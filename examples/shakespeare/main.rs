@@ -85,6 +85,7 @@ fn main() -> Result<(), Error> {
     cfg.betas = (0.9, 0.99);
     cfg.weight_decay = 0.1;
     cfg.seed = args.seed;
+    cfg.devices = vec![args.device.clone()];
     device.seed(args.seed);
     let model = model_cfg.init(&device.clone().autodiff())?;
     println!(

@@ -106,6 +106,8 @@ pub mod names {
         pub alpha: f64,
         /// Artifact folder of the learner.
         pub artifact_dir: PathBuf,
+        /// The `--device` name of the device `train` is given, for `config.json`.
+        pub device: String,
         /// Model config (vocabulary 27).
         pub model: DecoderConfig,
     }
@@ -122,6 +124,7 @@ pub mod names {
                 val_fraction: 0.1,
                 alpha: 1.0,
                 artifact_dir: artifact_dir.into(),
+                device: "flex".into(),
                 model: DecoderConfig::char_gpt(CharVocab::names().len()),
             }
         }
@@ -178,6 +181,7 @@ pub mod names {
         cfg.betas = (0.9, 0.99);
         cfg.weight_decay = 0.01;
         cfg.seed = settings.seed;
+        cfg.devices = vec![settings.device.clone()];
         let options = FitOptions {
             report,
             ..FitOptions::default()

@@ -7,7 +7,8 @@ use zoo_examples::names::{NamesSettings, novelty, sample, train};
 fn learning_names_beats_the_bigram() {
     let device = zoo_device::test_device();
     let dir = std::env::temp_dir().join(format!("zoo-learning-names-{}", std::process::id()));
-    let settings = NamesSettings::seeds(8, &dir);
+    let mut settings = NamesSettings::seeds(8, &dir);
+    settings.device = zoo_device::test_backend().to_string();
     let out = train(&settings, &device, None).unwrap();
     std::fs::remove_dir_all(&dir).ok();
     eprintln!(

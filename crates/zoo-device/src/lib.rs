@@ -4,8 +4,10 @@
 //! The backends are cargo features of this crate (`flex`, the default, `ndarray`, `wgpu`,
 //! `tch`, `cuda`). Features only choose what is compiled in; which compiled backend runs is
 //! chosen at run time with [`BackendName`] (`--device flex|ndarray|wgpu|tch|tch-cuda|cuda`
-//! in the examples). Asking for a backend that was not compiled in, or that finds no
-//! device, is a [`DeviceError`] whose message names the feature to enable.
+//! in the examples, with an index for the GPU backends: `cuda:1`; [`select_all`] takes a
+//! list such as `cuda:0,cuda:1` for multi-device training). Asking for a backend that was
+//! not compiled in, or that finds no device, is a [`DeviceError`] whose message names the
+//! feature to enable.
 //!
 //! ```
 //! use zoo_device::{BackendName, select};
@@ -116,6 +118,14 @@ pub enum DeviceError {
         /// The cargo feature that enables it.
         feature: &'static str,
     },
+    /// A device list or `name:index` that does not parse, or an index a backend lacks.
+    #[error("bad device '{spec}': {reason}")]
+    BadSpec {
+        /// What was typed.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The backend is compiled in but found no device to run on.
     #[error("backend '{backend}' found no device: {reason}")]
     NoDevice {
@@ -133,23 +143,91 @@ pub enum DeviceError {
 /// [`DeviceError::NotCompiled`] when the feature is off, [`DeviceError::NoDevice`] when the
 /// backend finds no adapter, driver or library.
 pub fn select(backend: BackendName) -> Result<Device, DeviceError> {
+    select_indexed(backend, 0)
+}
+
+/// As [`select`], for the `index`-th device of a backend with several (`cuda`,
+/// `tch-cuda`); the CPU backends and wgpu's default adapter have only index 0.
+///
+/// # Errors
+/// As [`select`], and [`DeviceError::BadSpec`] for an index the backend does not have.
+pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, DeviceError> {
     if !backend.is_compiled() {
         return Err(DeviceError::NotCompiled {
             backend,
             feature: backend.feature(),
         });
     }
-    let device = construct(backend)?;
+    if index > 0 && !matches!(backend, BackendName::Cuda | BackendName::TchCuda) {
+        return Err(DeviceError::BadSpec {
+            spec: format!("{backend}:{index}"),
+            reason: format!("backend '{backend}' has one device, index 0"),
+        });
+    }
+    let device = construct(backend, index)?;
     probe(backend, &device)?;
     Ok(device)
 }
 
-/// Parses a name as typed after `--device` and selects it: see [`select`].
+/// Parses a name as typed after `--device`, optionally with a device index
+/// (`cuda:1`), and selects it: see [`select_indexed`].
 ///
 /// # Errors
-/// [`DeviceError::UnknownBackend`] for a name the zoo does not know, else as [`select`].
+/// [`DeviceError::UnknownBackend`] for a name the zoo does not know,
+/// [`DeviceError::BadSpec`] for an index that is not a number, else as [`select_indexed`].
 pub fn select_by_name(name: &str) -> Result<Device, DeviceError> {
-    select(name.parse()?)
+    let (backend, index) = parse_spec(name)?;
+    select_indexed(backend, index)
+}
+
+/// `name` or `name:index` -> backend and index.
+fn parse_spec(spec: &str) -> Result<(BackendName, usize), DeviceError> {
+    let spec = spec.trim();
+    match spec.split_once(':') {
+        None => Ok((spec.parse()?, 0)),
+        Some((name, index)) => {
+            let backend = name.parse()?;
+            let index = index.parse().map_err(|_| DeviceError::BadSpec {
+                spec: spec.to_string(),
+                reason: format!("the index '{index}' is not a number"),
+            })?;
+            Ok((backend, index))
+        }
+    }
+}
+
+/// Selects every device of a comma-separated list, e.g. `cuda:0,cuda:1` for a
+/// multi-device run.
+///
+/// # Errors
+/// An empty list or a repeated device ([`DeviceError::BadSpec`]), else the first failing
+/// entry's error from [`select_by_name`].
+pub fn select_all(list: &str) -> Result<Vec<Device>, DeviceError> {
+    let specs: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if specs.is_empty() {
+        return Err(DeviceError::BadSpec {
+            spec: list.to_string(),
+            reason: "no device named".into(),
+        });
+    }
+    let mut seen = Vec::new();
+    for spec in &specs {
+        let parsed = parse_spec(spec)?;
+        if seen.contains(&parsed) {
+            return Err(DeviceError::BadSpec {
+                spec: list.to_string(),
+                reason: format!("'{spec}' is listed twice"),
+            });
+        }
+        seen.push(parsed);
+    }
+    seen.into_iter()
+        .map(|(backend, index)| select_indexed(backend, index))
+        .collect()
 }
 
 /// The backends compiled into this build, whether or not they find a device.
@@ -161,7 +239,7 @@ pub fn compiled_backends() -> Vec<BackendName> {
 }
 
 #[allow(deprecated)] // burn-ndarray and burn-tch are deprecated upstream but are backends our users run
-fn construct(backend: BackendName) -> Result<Device, DeviceError> {
+fn construct(backend: BackendName, index: usize) -> Result<Device, DeviceError> {
     let no_device = |reason: &str| DeviceError::NoDevice {
         backend,
         reason: reason.to_string(),
@@ -184,17 +262,24 @@ fn construct(backend: BackendName) -> Result<Device, DeviceError> {
         #[cfg(feature = "tch")]
         BackendName::Tch => Ok(Device::libtorch()),
         #[cfg(feature = "tch")]
-        BackendName::TchCuda => Ok(Device::libtorch_cuda(0)),
+        BackendName::TchCuda => Ok(Device::libtorch_cuda(index)),
         #[cfg(feature = "cuda")]
         BackendName::Cuda => {
-            if burn::tensor::Device::enumerate(burn::tensor::DeviceType::Cuda).is_empty() {
+            let found = burn::tensor::Device::enumerate(burn::tensor::DeviceType::Cuda).len();
+            if found == 0 {
                 return Err(no_device("no CUDA device or driver found"));
             }
-            Ok(Device::cuda(0))
+            if index >= found {
+                return Err(no_device(&format!(
+                    "no CUDA device {index}: {found} found (indices 0 to {})",
+                    found - 1
+                )));
+            }
+            Ok(Device::cuda(index))
         }
         #[allow(unreachable_patterns)] // every arm above may be compiled out
         _ => {
-            let _ = no_device;
+            let _ = (no_device, index);
             Err(DeviceError::NotCompiled {
                 backend,
                 feature: backend.feature(),
@@ -332,6 +417,35 @@ mod tests {
             "called `unwrap()`: Torch(\"Found no NVIDIA driver"
         );
         assert_eq!(first_line(&"x".repeat(300)).len(), 203);
+    }
+
+    #[test]
+    fn device_lists_and_indices_parse_with_clear_errors() {
+        assert_eq!(parse_spec("cuda:1"), Ok((BackendName::Cuda, 1)));
+        assert_eq!(parse_spec(" tch-cuda "), Ok((BackendName::TchCuda, 0)));
+        assert_eq!(
+            parse_spec("cuda:x").unwrap_err().to_string(),
+            "bad device 'cuda:x': the index 'x' is not a number"
+        );
+        assert_eq!(
+            parse_spec("metal:0").unwrap_err(),
+            DeviceError::UnknownBackend("metal".into())
+        );
+        assert_eq!(
+            select_all(" , ").unwrap_err().to_string(),
+            "bad device ' , ': no device named"
+        );
+        assert_eq!(
+            select_all("flex,flex:0").unwrap_err().to_string(),
+            "bad device 'flex,flex:0': 'flex:0' is listed twice"
+        );
+        if cfg!(feature = "flex") {
+            assert_eq!(
+                select_by_name("flex:1").unwrap_err().to_string(),
+                "bad device 'flex:1': backend 'flex' has one device, index 0"
+            );
+            assert_eq!(select_all("flex").unwrap().len(), 1);
+        }
     }
 
     #[test]

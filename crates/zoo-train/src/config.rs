@@ -70,6 +70,10 @@ pub struct TrainConfig {
     pub early_stopping_patience: Option<usize>,
     /// Data-loading worker threads.
     pub num_workers: usize,
+    /// The devices, as `--device` names them (`flex`, `cuda:1`): what
+    /// [`TrainConfig::select_devices`] builds, and the record in `config.json` of where
+    /// the run trained. `fit` itself trains on the devices it is handed.
+    pub devices: Vec<String>,
     /// Device strategy.
     pub strategy: Strategy,
 }
@@ -118,6 +122,7 @@ impl TrainConfig {
             keep_checkpoints: 2,
             early_stopping_patience: None,
             num_workers: 1,
+            devices: vec!["flex".into()],
             strategy: Strategy::SingleDevice,
         }
     }
@@ -219,6 +224,16 @@ impl TrainConfig {
         Ok(())
     }
 
+    /// Builds the devices named in `devices`, checking each can run (see
+    /// [`zoo_device::select_all`]).
+    ///
+    /// # Errors
+    /// An empty list, an unknown or repeated name, a backend not compiled in, or no device.
+    pub fn select_devices(&self) -> Result<Vec<burn::tensor::Device>> {
+        zoo_device::select_all(&self.devices.join(","))
+            .map_err(|e| TrainError::Config(e.to_string()))
+    }
+
     /// Writes the config as pretty JSON to `artifact_dir/config.json`.
     ///
     /// # Errors
@@ -253,6 +268,8 @@ mod tests {
         let mut cfg = TrainConfig::new(3, &dir);
         cfg.early_stopping_patience = Some(2);
         cfg.betas = (0.8, 0.99);
+        cfg.devices = vec!["cuda:0".into(), "cuda:1".into()];
+        cfg.strategy = Strategy::DistributedDataParallel;
         let path = cfg.save().unwrap();
         assert_eq!(TrainConfig::load(&path).unwrap(), cfg);
         std::fs::remove_dir_all(dir).unwrap();
@@ -320,6 +337,20 @@ mod tests {
         assert_eq!(
             cfg.validate(50).unwrap_err().to_string(),
             "invalid train config: eval_every must be > 0, got 0"
+        );
+    }
+
+    #[test]
+    fn devices_are_selected_by_name() {
+        let mut cfg = TrainConfig::new(1, "unused");
+        if cfg!(feature = "flex") {
+            assert_eq!(cfg.select_devices().unwrap().len(), 1);
+        }
+        cfg.devices = vec!["flex".into(), "metal".into()];
+        assert_eq!(
+            cfg.select_devices().unwrap_err().to_string(),
+            "invalid train config: unknown backend 'metal': expected one of flex, ndarray, \
+             wgpu, tch, tch-cuda, cuda"
         );
     }
 

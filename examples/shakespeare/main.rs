@@ -1,6 +1,7 @@
 //! A character-level language model on `datasets/shakespeare/tiny.txt` (the classic
 //! "shakespeare_char" task): a small GPT-2- or Llama-style decoder trained through the
-//! shared learner, the validation loss of every epoch, then a generated passage.
+//! shared learner in steps mode, the validation loss every `--eval-every` steps, then a
+//! generated passage.
 //!
 //! ```sh
 //! cargo run --release --example shakespeare -- --preset gpt2
@@ -36,9 +37,9 @@ struct Args {
     /// Optimiser steps in total.
     #[arg(long, default_value_t = 2000)]
     iters: usize,
-    /// Epochs the steps are split into (validation after each).
-    #[arg(long, default_value_t = 4)]
-    epochs: usize,
+    /// Optimiser steps between validations and checkpoints (divides `--iters`).
+    #[arg(long, default_value_t = 250)]
+    eval_every: usize,
     /// Characters to generate.
     #[arg(long, default_value_t = 400)]
     generate: usize,
@@ -55,6 +56,7 @@ struct Args {
 
 const BLOCK: usize = 64;
 const BATCH: usize = 12;
+const VALID_WINDOWS: usize = 600;
 
 fn main() -> Result<(), Error> {
     let args = Args::parse();
@@ -71,13 +73,13 @@ fn main() -> Result<(), Error> {
         Preset::Gpt2 => base,
         Preset::Llama => base.llama_style(),
     };
-    let steps_per_epoch = args.iters.div_ceil(args.epochs.max(1));
+    // One random window per training example, as many as the run draws: every batch is
+    // fresh, like sampling windows at each step.
     let train_items =
-        zoo_data::text::random_windows(&train_ids, BLOCK, steps_per_epoch * BATCH, args.seed)?;
-    let val_items =
-        zoo_data::text::random_windows(&val_ids, BLOCK, 200 * BATCH / 4, args.seed + 1)?;
+        zoo_data::text::random_windows(&train_ids, BLOCK, args.iters * BATCH, args.seed)?;
+    let val_items = zoo_data::text::random_windows(&val_ids, BLOCK, VALID_WINDOWS, args.seed + 1)?;
 
-    let mut cfg = TrainConfig::new(args.epochs, &args.artifacts);
+    let mut cfg = TrainConfig::steps(args.iters, args.eval_every, &args.artifacts);
     cfg.batch_size = BATCH;
     cfg.lr = 1e-3;
     cfg.min_lr = 1e-4;
@@ -89,11 +91,11 @@ fn main() -> Result<(), Error> {
     device.seed(args.seed);
     let model = model_cfg.init(&device.clone().autodiff())?;
     println!(
-        "{:?} preset: {} parameters, {} train windows per epoch, {} epochs",
+        "{:?} preset: {} parameters, {} steps of {BATCH} windows, validation every {}",
         args.preset,
         model.num_params(),
-        train_items.len(),
-        args.epochs
+        args.iters,
+        args.eval_every
     );
     let start = std::time::Instant::now();
     let fitted = fit(
@@ -110,10 +112,10 @@ fn main() -> Result<(), Error> {
     )?;
     let secs = start.elapsed().as_secs_f64();
     let model = fitted.task.model.valid().to_device(&device);
-    for (i, e) in fitted.epochs.iter().enumerate() {
+    for e in &fitted.epochs {
         println!(
-            "epoch {:>2}: train_loss {:.4} valid_loss {:.4}",
-            i + 1,
+            "step {:>5}: train_loss {:.4} valid_loss {:.4}",
+            e.get("step").copied().unwrap_or(f64::NAN),
             e.get("train_loss").copied().unwrap_or(f64::NAN),
             e.get("valid_loss").copied().unwrap_or(f64::NAN)
         );

@@ -294,3 +294,102 @@ supervised_steps!(
     ClassificationBatch<M::Input>,
     ClassificationOutput
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::Param;
+    use burn::nn::{Embedding, EmbeddingConfig};
+    use burn::tensor::TensorData;
+    use zoo_device::test_device;
+
+    /// Logits looked up from a table: token `i` -> row `i`, so losses are known by hand.
+    #[derive(Module, Debug)]
+    struct TableLogits {
+        table: Embedding,
+    }
+
+    const TABLE: [[f32; 3]; 3] = [[2.0, 0.0, -1.0], [0.5, 0.5, 0.0], [-1.0, 1.0, 3.0]];
+
+    impl TableLogits {
+        fn new() -> Self {
+            let mut table = EmbeddingConfig::new(3, 3).init(&test_device());
+            let rows: Vec<f32> = TABLE.iter().flatten().copied().collect();
+            table.weight = Param::from_tensor(Tensor::from_data(
+                TensorData::new(rows, [3, 3]),
+                &test_device(),
+            ));
+            Self { table }
+        }
+    }
+
+    impl TokenLogits for TableLogits {
+        fn token_logits(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+            self.table.forward(tokens)
+        }
+    }
+
+    impl ClassLogits for TableLogits {
+        type Input = Tensor<1, Int>;
+        fn class_logits(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+            let n = ids.dims()[0];
+            self.table.forward(ids.reshape([1, n])).reshape([n, 3])
+        }
+    }
+
+    /// -log softmax(TABLE[input])[target], in f64.
+    fn nll(input: usize, target: usize) -> f64 {
+        let row = TABLE[input].map(f64::from);
+        let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+        lse - row[target]
+    }
+
+    fn ints(v: &[i64], shape: [usize; 2]) -> Tensor<2, Int> {
+        Tensor::from_data(TensorData::new(v.to_vec(), shape), &test_device())
+    }
+
+    fn mask(v: &[bool], shape: [usize; 2]) -> Tensor<2, Bool> {
+        Tensor::from_data(TensorData::new(v.to_vec(), shape), &test_device())
+    }
+
+    #[test]
+    fn lm_loss_is_the_mean_over_marked_positions_only() {
+        let task = CausalLmTask::new(TableLogits::new());
+        // Two rows of three; a masked-LM style mask marks three positions.
+        let inputs = [0, 1, 2, 2, 0, 1];
+        let targets = [1, 0, 2, 0, 2, 1];
+        let marked = [true, false, true, false, false, true];
+        let batch = |targets: &[i64]| CausalLmBatch {
+            inputs: ints(&inputs, [2, 3]),
+            targets: ints(targets, [2, 3]),
+            target_mask: mask(&marked, [2, 3]),
+        };
+        let out = task.forward(batch(&targets));
+        let expected = (nll(0, 1) + nll(2, 2) + nll(1, 1)) / 3.0;
+        let loss = out.loss.into_scalar::<f32>();
+        assert!(
+            (f64::from(loss) - expected).abs() < 1e-5,
+            "{loss} vs {expected}"
+        );
+        assert_eq!(zoo_device::testing::ints(out.targets), [1, 2, 1]);
+        // Targets at unmarked positions do not matter.
+        let other = task.forward(batch(&[1, 2, 2, 1, 0, 1]));
+        assert_eq!(other.loss.into_scalar::<f32>(), loss);
+    }
+
+    #[test]
+    fn classification_loss_is_the_mean_cross_entropy() {
+        let task = ClassificationTask::new(TableLogits::new());
+        let ids =
+            Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 1], [3]), &test_device());
+        let targets =
+            Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &test_device());
+        let out = task.forward(ClassificationBatch {
+            inputs: ids,
+            targets,
+        });
+        let expected = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
+        let loss = f64::from(out.loss.into_scalar::<f32>());
+        assert!((loss - expected).abs() < 1e-5, "{loss} vs {expected}");
+    }
+}

@@ -1,6 +1,7 @@
-//! A small synthetic classification task for exercising the learner: Gaussian blobs
-//! around class centres, and an MLP to separate them. Used by the tests and the
-//! `zoo-train-toy` program.
+//! Small tasks for exercising the learner: Gaussian blobs around class centres and an
+//! MLP to separate them (the `zoo-train-toy` program), a copy task for an
+//! encoder-decoder, and the 8×8 handwritten digits with a small convolutional network
+//! for image classification. Used by the tests.
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::module::Module;
@@ -9,6 +10,9 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 
+use burn::nn::PaddingConfig2d;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Embedding, EmbeddingConfig};
 use burn::tensor::Bool;
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
@@ -17,6 +21,7 @@ use zoo_attention::{
     TransformerBlockConfig,
 };
 use zoo_data::Seq2SeqItem;
+use zoo_data::digits::{CLASSES, DigitImage, SIDE};
 
 use crate::task::{ClassLogits, ClassificationBatch, Seq2SeqLogits};
 
@@ -102,6 +107,65 @@ impl ClassLogits for Mlp {
 
     fn class_logits(&self, x: Tensor<2>) -> Tensor<2> {
         self.fc2.forward(relu(self.fc1.forward(x)))
+    }
+}
+
+/// Batches digits as `[B, 1, 8, 8]` images with their labels.
+#[derive(Debug, Clone, Default)]
+pub struct DigitBatcher;
+
+impl Batcher<DigitImage, ClassificationBatch<Tensor<4>>> for DigitBatcher {
+    fn batch(&self, items: Vec<DigitImage>, device: &Device) -> ClassificationBatch<Tensor<4>> {
+        let n = items.len();
+        let x: Vec<f32> = items
+            .iter()
+            .flat_map(|i| i.pixels.iter().copied())
+            .collect();
+        let y: Vec<i64> = items.iter().map(|i| i.label as i64).collect();
+        ClassificationBatch {
+            inputs: Tensor::from_data(TensorData::new(x, [n, 1, SIDE, SIDE]), device),
+            targets: Tensor::<1, Int>::from_data(TensorData::new(y, [n]), device),
+        }
+    }
+}
+
+/// Two 3×3 convolutions (8 and 16 channels, ReLU), a 2×2 max-pool, a linear classifier.
+#[derive(Module, Debug)]
+pub struct DigitCnn {
+    /// `1 -> 8` channels, 8×8.
+    pub conv1: Conv2d,
+    /// `8 -> 16` channels, 8×8.
+    pub conv2: Conv2d,
+    /// 8×8 -> 4×4.
+    pub pool: MaxPool2d,
+    /// `16·4·4 -> 10`.
+    pub head: Linear,
+}
+
+impl DigitCnn {
+    /// A freshly initialised network.
+    pub fn new(device: &Device) -> Self {
+        let conv = |c_in, c_out| {
+            Conv2dConfig::new([c_in, c_out], [3, 3])
+                .with_padding(PaddingConfig2d::Same)
+                .init(device)
+        };
+        Self {
+            conv1: conv(1, 8),
+            conv2: conv(8, 16),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            head: LinearConfig::new(16 * 4 * 4, CLASSES).init(device),
+        }
+    }
+}
+
+impl ClassLogits for DigitCnn {
+    type Input = Tensor<4>;
+
+    fn class_logits(&self, x: Tensor<4>) -> Tensor<2> {
+        let x = relu(self.conv1.forward(x));
+        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        self.head.forward(x.flatten(1, 3))
     }
 }
 

@@ -6,10 +6,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
+use burn::tensor::Device;
 use zoo_data::Seq2SeqBatcher;
-use zoo_train::toy::{BlobBatcher, Mlp, ToySeq2Seq, blobs, copy_items};
+use zoo_train::toy::{BlobBatcher, BlobItem, Mlp, ToySeq2Seq, blobs, copy_items};
 use zoo_train::{
-    ClassificationTask, FitOptions, Seq2SeqTask, Strategy, TrainConfig, TrainError, fit,
+    ClassificationTask, FitOptions, FitResult, Seq2SeqTask, Strategy, TrainConfig, TrainError, fit,
     last_complete_checkpoint,
 };
 
@@ -19,14 +20,31 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-fn toy_config(epochs: usize, dir: &Path) -> TrainConfig {
-    let mut cfg = TrainConfig::new(epochs, dir);
+/// The toy's optimiser settings on `cfg`, keeping every checkpoint.
+fn toy_settings(mut cfg: TrainConfig) -> TrainConfig {
     cfg.batch_size = 16;
     cfg.warmup_steps = 10;
     cfg.lr = 1e-2;
     cfg.min_lr = 1e-3;
-    cfg.keep_checkpoints = epochs;
+    cfg.keep_checkpoints = 100;
     cfg
+}
+
+fn toy_config(epochs: usize, dir: &Path) -> TrainConfig {
+    toy_settings(TrainConfig::new(epochs, dir))
+}
+
+/// Trains a freshly initialised toy classifier (16 features, 4 classes) on blobs.
+fn fit_blobs(
+    cfg: &TrainConfig,
+    train: Vec<BlobItem>,
+    valid: Vec<BlobItem>,
+    devices: &[Device],
+    options: FitOptions,
+) -> zoo_train::Result<FitResult<ClassificationTask<Mlp>>> {
+    let model = Mlp::new(16, 64, 4, &devices[0].clone().autodiff());
+    let task = ClassificationTask::new(model);
+    fit(task, train, valid, BlobBatcher, cfg, devices, options)
 }
 
 fn csv_column(path: &Path, column: &str) -> Vec<f64> {
@@ -47,13 +65,10 @@ fn learning_classification_reaches_high_accuracy() {
     let device = zoo_device::test_device();
     let dir = temp_dir("learn");
     let cfg = toy_config(3, &dir);
-    let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
-    let out = fit(
-        ClassificationTask::new(model),
+    let out = fit_blobs(
+        &cfg,
         blobs(2000, 4, 16, 1, &[]),
         blobs(400, 4, 16, 2, &[]),
-        BlobBatcher,
-        &cfg,
         std::slice::from_ref(&device),
         FitOptions::default(),
     )
@@ -108,28 +123,22 @@ fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
     let device = zoo_device::test_device();
     let dir = temp_dir("nan");
     let cfg = toy_config(2, &dir);
-    let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
     // Two clean epochs with checkpoints.
-    fit(
-        ClassificationTask::new(model),
+    fit_blobs(
+        &cfg,
         blobs(400, 4, 16, 3, &[]),
         blobs(100, 4, 16, 4, &[]),
-        BlobBatcher,
-        &cfg,
         std::slice::from_ref(&device),
         FitOptions::default(),
     )
     .unwrap();
-    // Resume for a third epoch on data where one example is NaN.
+    // Resume for a third epoch on data where one example is NaN, with a freshly built
+    // model, as a resumed program would have.
     let cfg3 = toy_config(3, &dir);
-    // A freshly built model, as a resumed program would have.
-    let fresh = Mlp::new(16, 64, 4, &device.clone().autodiff());
-    let err = fit(
-        ClassificationTask::new(fresh),
+    let err = fit_blobs(
+        &cfg3,
         blobs(400, 4, 16, 3, &[7]),
         blobs(100, 4, 16, 4, &[]),
-        BlobBatcher,
-        &cfg3,
         std::slice::from_ref(&device),
         FitOptions {
             resume: true,
@@ -279,19 +288,11 @@ fn learning_in_steps_mode_validates_every_eval_every_steps() {
     let device = zoo_device::test_device();
     let dir = temp_dir("steps");
     // 300 examples of batch 16 is 19 batches an epoch; 60 steps cross three passes.
-    let mut cfg = TrainConfig::steps(60, 20, &dir);
-    cfg.batch_size = 16;
-    cfg.warmup_steps = 10;
-    cfg.lr = 1e-2;
-    cfg.min_lr = 1e-3;
-    cfg.keep_checkpoints = 3;
-    let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
-    let out = fit(
-        ClassificationTask::new(model),
+    let cfg = toy_settings(TrainConfig::steps(60, 20, &dir));
+    let out = fit_blobs(
+        &cfg,
         blobs(300, 4, 16, 5, &[]),
         blobs(200, 4, 16, 6, &[]),
-        BlobBatcher,
-        &cfg,
         std::slice::from_ref(&device),
         FitOptions::default(),
     )
@@ -322,13 +323,10 @@ fn two_device_run(strategy: Strategy, name: &str) -> Vec<f64> {
     let (tx, rx) = std::sync::mpsc::channel();
     let run_dir = dir.clone();
     std::thread::spawn(move || {
-        let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
-        let out = fit(
-            ClassificationTask::new(model),
+        let out = fit_blobs(
+            &cfg,
             blobs(800, 4, 16, 9, &[]),
             blobs(200, 4, 16, 10, &[]),
-            BlobBatcher,
-            &cfg,
             &[device.clone(), device],
             FitOptions::default(),
         );
@@ -364,12 +362,10 @@ fn ddp_outside_cuda_is_a_clear_error() {
     }
     let mut cfg = toy_config(2, &temp_dir("ddp"));
     cfg.strategy = Strategy::DistributedDataParallel;
-    let err = fit(
-        ClassificationTask::new(Mlp::new(16, 64, 4, &device.clone().autodiff())),
+    let err = fit_blobs(
+        &cfg,
         blobs(100, 4, 16, 1, &[]),
         blobs(20, 4, 16, 2, &[]),
-        BlobBatcher,
-        &cfg,
         &[device.clone(), device.clone()],
         FitOptions::default(),
     )
@@ -386,12 +382,10 @@ fn several_devices_are_required_by_multi_device_strategies() {
     let device = zoo_device::test_device();
     let mut cfg = toy_config(2, &temp_dir("one-device"));
     cfg.strategy = Strategy::DistributedDataParallel;
-    let err = fit(
-        ClassificationTask::new(Mlp::new(16, 64, 4, &device.clone().autodiff())),
+    let err = fit_blobs(
+        &cfg,
         blobs(100, 4, 16, 1, &[]),
         blobs(20, 4, 16, 2, &[]),
-        BlobBatcher,
-        &cfg,
         std::slice::from_ref(&device),
         FitOptions::default(),
     )
@@ -400,4 +394,35 @@ fn several_devices_are_required_by_multi_device_strategies() {
         err.to_string(),
         "invalid train config: the DistributedDataParallel strategy needs at least 2 devices, got 1"
     );
+}
+
+#[test]
+fn learning_image_classification_on_digits() {
+    use zoo_train::toy::{DigitBatcher, DigitCnn};
+    let device = zoo_device::test_device();
+    let dir = temp_dir("digits");
+    let mut images =
+        zoo_data::digits::load_digits(&zoo_data::datasets_dir().join("digits/digits.csv.gz"))
+            .unwrap();
+    zoo_data::seeded_shuffle(&mut images, 11);
+    let valid = images.split_off(1437); // 1,437 train, 360 validation
+    let mut cfg = toy_config(8, &dir);
+    cfg.lr = 3e-3;
+    cfg.min_lr = 3e-4;
+    cfg.weight_decay = 1e-4;
+    let out = fit(
+        ClassificationTask::new(DigitCnn::new(&device.clone().autodiff())),
+        images,
+        valid,
+        DigitBatcher,
+        &cfg,
+        std::slice::from_ref(&device),
+        FitOptions::default(),
+    )
+    .unwrap();
+    let acc: Vec<f64> = out.epochs.iter().map(|e| e["valid_accuracy"]).collect();
+    eprintln!("digits: validation accuracy per epoch {acc:?}");
+    // Chance is 10%; classical classifiers reach about 98%. This run reached 96.9%.
+    assert!(acc[7] > 94.0, "validation accuracy {acc:?}");
+    std::fs::remove_dir_all(dir).ok();
 }

@@ -224,9 +224,33 @@ impl CargoEnv {
     {
         let mut command = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         command.args(args).current_dir(workspace_root());
+        // `cargo run` hands xtask the package variables of xtask itself. Build scripts
+        // that read them (ring's reads CARGO_MANIFEST_DIR) would see them change between
+        // a build from here and one from a shell, and cargo would rebuild ring, rustls,
+        // torch-sys and every Burn crate above burn-tch each time.
+        for (key, _) in env::vars_os() {
+            if key.to_str().is_some_and(is_package_var) {
+                command.env_remove(key);
+            }
+        }
         command.envs(self.vars.iter().map(|(key, value)| (key, value)));
         command
     }
+}
+
+/// The variables cargo sets for the package it runs (`CARGO_PKG_NAME`,
+/// `CARGO_MANIFEST_DIR`, ...), which a shell does not have.
+fn is_package_var(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || matches!(
+            key,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 /// `dir:old`, or `dir` alone; left as is when `dir` already comes first, so nested
@@ -622,6 +646,29 @@ fn bench(args: &[String]) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cargo_commands_drop_the_package_variables_of_xtask() {
+        // `cargo test` sets them for this test binary, as `cargo run` does for xtask.
+        assert!(env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let env = CargoEnv {
+            vars: vec![("LIBTORCH_USE_PYTORCH", OsString::from("1"))],
+        };
+        let command = env.cargo(["build"]);
+        let envs: Vec<(&std::ffi::OsStr, Option<&std::ffi::OsStr>)> = command.get_envs().collect();
+        assert!(
+            envs.contains(&("CARGO_MANIFEST_DIR".as_ref(), None)),
+            "{envs:?}"
+        );
+        assert!(
+            envs.contains(&("CARGO_PKG_NAME".as_ref(), None)),
+            "{envs:?}"
+        );
+        assert!(envs.contains(&("LIBTORCH_USE_PYTORCH".as_ref(), Some("1".as_ref()))));
+        assert!(is_package_var("CARGO_PKG_VERSION_MAJOR"));
+        assert!(!is_package_var("CARGO_TARGET_DIR"));
+        assert!(!is_package_var("CARGO_HOME"));
+    }
 
     #[test]
     fn parses_ok_line() {

@@ -68,7 +68,8 @@ pub struct TrainConfig {
     /// Stop when the validation loss has not improved for this many rounds (epochs, or
     /// validations in steps mode).
     pub early_stopping_patience: Option<usize>,
-    /// Data-loading worker threads.
+    /// Data-loading worker threads. With more than one, batches arrive in the order the
+    /// threads finish them, so runs are no longer bit-for-bit repeatable.
     pub num_workers: usize,
     /// The devices, as `--device` names them (`flex`, `cuda:1`): what
     /// [`TrainConfig::select_devices`] builds, and the record in `config.json` of where

@@ -243,7 +243,10 @@ mod tests {
     }
 
     fn draw_to_image(with_text: bool) -> image::RgbImage {
-        let dir = std::env::temp_dir().join(format!("zoo-plot-{}-{with_text}", std::process::id()));
+        // One folder per call: tests drawing at the same time must not share one.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("zoo-plot-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("metrics.png");
         draw(&panels(&rounds(), "step"), "step", with_text, &file).unwrap();

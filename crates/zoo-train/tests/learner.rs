@@ -426,3 +426,91 @@ fn learning_image_classification_on_digits() {
     assert!(acc[7] > 94.0, "validation accuracy {acc:?}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The numbers of one of burn-train's per-batch logs, without its closing aggregate.
+fn batch_log(dir: &Path, split: &str, round: usize, metric: &str) -> Vec<f64> {
+    let path = dir.join(format!("{split}/epoch-{round}/{metric}.log"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.ends_with(",final"))
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn gradient_accumulation_steps_once_per_group_of_batches() {
+    let device = zoo_device::test_device();
+    let dir = temp_dir("accumulation");
+    let mut cfg = toy_config(1, &dir);
+    cfg.grad_accumulation = 3;
+    cfg.warmup_steps = 3;
+    // 160 examples of batch 16: 10 batches, so 4 optimiser steps (3 + 3 + 3 + 1).
+    assert_eq!(cfg.total_steps(160), 4);
+    fit_blobs(
+        &cfg,
+        blobs(160, 4, 16, 21, &[]),
+        blobs(40, 4, 16, 22, &[]),
+        std::slice::from_ref(&device),
+        FitOptions::default(),
+    )
+    .unwrap();
+    // burn-train logs the learning rate after each batch, and the schedule advances at
+    // each optimiser step: after batches 3, 6 and 9 (groups of 3) and 10 (the partial
+    // group at the end of the epoch). Warmup over 3 steps gives lr/3, 2lr/3 and lr; the
+    // last step is the end of the cosine, min_lr. Before the first step it is 0.
+    let lr = batch_log(&dir, "train", 1, "Learning_Rate");
+    let (a, b, c, d) = (cfg.lr / 3.0, 2.0 * cfg.lr / 3.0, cfg.lr, cfg.min_lr);
+    let expected = [0.0, 0.0, a, a, a, b, b, b, c, d];
+    assert_eq!(lr.len(), expected.len(), "{lr:?}");
+    for (i, (got, want)) in lr.iter().zip(expected).enumerate() {
+        assert!(
+            (got - want).abs() < 1e-9,
+            "batch {}: learning rates {lr:?}, expected {expected:?}",
+            i + 1
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn early_stopping_ends_the_run_after_patience_rounds_without_progress() {
+    use rand::{Rng, SeedableRng};
+    let device = zoo_device::test_device();
+    let dir = temp_dir("early-stop");
+    let mut cfg = toy_config(30, &dir);
+    cfg.early_stopping_patience = Some(2);
+    // Labels drawn at random: the model can only memorise, so validation loss soon
+    // stops improving.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut noise = |mut items: Vec<BlobItem>| {
+        for it in &mut items {
+            it.y = rng.random_range(0..4);
+        }
+        items
+    };
+    let train = noise(blobs(200, 4, 16, 23, &[]));
+    let valid = noise(blobs(200, 4, 16, 24, &[]));
+    let out = fit_blobs(
+        &cfg,
+        train,
+        valid,
+        std::slice::from_ref(&device),
+        FitOptions::default(),
+    )
+    .unwrap();
+    let losses: Vec<f64> = out.epochs.iter().map(|e| e["valid_loss"]).collect();
+    let best = losses
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .unwrap()
+        .0;
+    assert!(losses.len() < 30, "no early stop: {losses:?}");
+    assert_eq!(
+        losses.len(),
+        best + 1 + 2,
+        "stopped 2 rounds after the best one? {losses:?}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

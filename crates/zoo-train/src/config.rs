@@ -235,6 +235,44 @@ impl TrainConfig {
             .map_err(|e| TrainError::Config(e.to_string()))
     }
 
+    /// The settings a resumed run must share with the run it continues, as
+    /// `name old -> new` for each that differs from `saved`: the batch size,
+    /// accumulation, seed and round size (epochs, or `eval_every` steps) fix the stream
+    /// of batches, and the learning-rate settings the schedule whose state the checkpoint
+    /// holds. The number of rounds may change: a run can be extended.
+    pub fn resume_conflicts(&self, saved: &TrainConfig) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, old: String, new: String| {
+            if old != new {
+                out.push(format!("{name} {old} -> {new}"));
+            }
+        };
+        let round = |length: RunLength| match length {
+            RunLength::Epochs(_) => "an epoch".to_string(),
+            RunLength::Steps { eval_every, .. } => format!("{eval_every} steps"),
+        };
+        check("round", round(saved.length), round(self.length));
+        check(
+            "batch_size",
+            saved.batch_size.to_string(),
+            self.batch_size.to_string(),
+        );
+        check(
+            "grad_accumulation",
+            saved.grad_accumulation.to_string(),
+            self.grad_accumulation.to_string(),
+        );
+        check("seed", saved.seed.to_string(), self.seed.to_string());
+        check("lr", saved.lr.to_string(), self.lr.to_string());
+        check("min_lr", saved.min_lr.to_string(), self.min_lr.to_string());
+        check(
+            "warmup_steps",
+            saved.warmup_steps.to_string(),
+            self.warmup_steps.to_string(),
+        );
+        out
+    }
+
     /// Writes the config as pretty JSON to `artifact_dir/config.json`.
     ///
     /// # Errors
@@ -338,6 +376,26 @@ mod tests {
         assert_eq!(
             cfg.validate(50).unwrap_err().to_string(),
             "invalid train config: eval_every must be > 0, got 0"
+        );
+    }
+
+    #[test]
+    fn resume_conflicts_name_old_and_new_values() {
+        let saved = TrainConfig::new(8, "unused");
+        let mut cfg = saved.clone();
+        cfg.num_workers = 2; // free to change
+        cfg.keep_checkpoints = 5;
+        assert!(cfg.resume_conflicts(&saved).is_empty());
+        cfg.length = RunLength::Epochs(10); // extending the run is fine
+        assert!(cfg.resume_conflicts(&saved).is_empty());
+        cfg.batch_size = 64;
+        cfg.length = RunLength::Steps {
+            steps: 100,
+            eval_every: 10,
+        };
+        assert_eq!(
+            cfg.resume_conflicts(&saved),
+            ["round an epoch -> 10 steps", "batch_size 32 -> 64"]
         );
     }
 

@@ -252,15 +252,39 @@ where
             }
         }
     }
-    cfg.save()?;
-    device.seed(cfg.seed);
-    let ad = device.clone().autodiff();
-
     let start_epoch = if options.resume {
         last_complete_checkpoint(&dir)
     } else {
         None
     };
+    let saved = dir.join("config.json");
+    if start_epoch.is_some() && saved.exists() {
+        let previous = TrainConfig::load(&saved)?;
+        let conflicts = cfg.resume_conflicts(&previous);
+        if previous.length != cfg.length {
+            log::warn!(
+                "resuming with a new run length ({:?} -> {:?}): the learning-rate schedule \
+                 is stretched to the new end",
+                previous.length,
+                cfg.length
+            );
+        }
+        if !conflicts.is_empty() {
+            return Err(TrainError::Config(format!(
+                "cannot resume the run in {}: it was started with other settings ({}); \
+                 resume with its config.json, or start a new run",
+                dir.display(),
+                conflicts.join(", ")
+            )));
+        }
+    }
+    if options.resume && start_epoch.is_none() {
+        log::info!("nothing to resume in {}: starting a new run", dir.display());
+    }
+    cfg.save()?;
+    device.seed(cfg.seed);
+    let ad = device.clone().autodiff();
+
     let plan = cfg.plan(train.len());
     // One seeded stream of examples for the whole run, cut into rounds; no loader-side
     // shuffling, so a resumed run continues the stream exactly.

@@ -224,6 +224,19 @@ fn kill_and_resume(name: &str, args: &[&str]) {
     );
     assert!(stdout.contains("done: 8 epochs"), "{stdout}");
     assert_eq!(last_complete_checkpoint(&dir), Some(8));
+    // Resuming with another seed would change the batches: refused, naming the values.
+    let out = toy()
+        .arg(&dir)
+        .args(args)
+        .args(["--resume", "--seed", "8"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("started with other settings (seed 7 -> 8)"),
+        "{stderr}"
+    );
     // The resumed run saw the batches, schedule and optimiser state the uninterrupted
     // run saw, so every round after the kill ends with the same losses.
     let whole = temp_dir(&format!("{name}-whole"));

@@ -178,15 +178,19 @@ pub fn last_complete_checkpoint(artifact_dir: &Path) -> Option<usize> {
         .max()
 }
 
-/// Trains `task` on `train`, validating on `valid` after every epoch.
+/// Trains `task` on `train`, validating on `valid` after every round (an epoch, or
+/// `eval_every` steps in steps mode).
 ///
-/// Writes `config.json`, checkpoints (atomically), burn-train's logs and `metrics.csv` to
-/// the artifact folder. With `options.resume` it continues from the last complete
-/// checkpoint there, with the model, optimiser and schedule state.
+/// Writes `config.json`, checkpoints (atomically), burn-train's logs, `metrics.csv` and
+/// `metrics.png` to the artifact folder. With `options.resume` it continues from the last
+/// complete checkpoint there, with the model, optimiser and schedule state, and with the
+/// batches the run would have seen had it not stopped.
 ///
 /// # Errors
-/// An invalid config, no device, an unwritable folder, or a NaN / infinite loss (named
-/// with its step; the model's weights are then those before that step).
+/// An invalid config, too few or unsuitable devices for the strategy, an unwritable
+/// folder, a resume whose settings conflict with the run's `config.json`, or a NaN /
+/// infinite loss (named with its step; the model's weights are then those before that
+/// step).
 pub fn fit<T, I, B>(
     task: T,
     train: Vec<I>,

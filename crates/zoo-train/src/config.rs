@@ -361,22 +361,17 @@ mod tests {
         assert_eq!(plan.total_steps(), 600);
         assert_eq!(plan.total_items(), 9600);
         assert!(cfg.validate(50).is_ok());
-        cfg.length = RunLength::Steps {
-            steps: 500,
-            eval_every: 200,
-        };
-        assert_eq!(
-            cfg.validate(50).unwrap_err().to_string(),
-            "invalid train config: steps 500 is not a multiple of eval_every 200"
-        );
-        cfg.length = RunLength::Steps {
-            steps: 500,
-            eval_every: 0,
-        };
-        assert_eq!(
-            cfg.validate(50).unwrap_err().to_string(),
-            "invalid train config: eval_every must be > 0, got 0"
-        );
+        for (eval_every, why) in [
+            (200, "steps 500 is not a multiple of eval_every 200"),
+            (0, "eval_every must be > 0, got 0"),
+        ] {
+            cfg.length = RunLength::Steps {
+                steps: 500,
+                eval_every,
+            };
+            let err = cfg.validate(50).unwrap_err().to_string();
+            assert_eq!(err, format!("invalid train config: {why}"));
+        }
     }
 
     #[test]

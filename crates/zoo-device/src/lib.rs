@@ -150,7 +150,9 @@ pub fn select(backend: BackendName) -> Result<Device, DeviceError> {
 /// `tch-cuda`); the CPU backends and wgpu's default adapter have only index 0.
 ///
 /// # Errors
-/// As [`select`], and [`DeviceError::BadSpec`] for an index the backend does not have.
+/// As [`select`]; [`DeviceError::BadSpec`] for an index above 0 on a single-device
+/// backend; [`DeviceError::NoDevice`] naming the index when a CUDA index is out of range
+/// (for `tch-cuda`, the probe's error from libtorch).
 pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, DeviceError> {
     if !backend.is_compiled() {
         return Err(DeviceError::NotCompiled {

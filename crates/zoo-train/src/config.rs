@@ -84,9 +84,9 @@ pub struct TrainConfig {
 pub struct RunPlan {
     /// Rounds (burn-train epochs), each ending in validation and a checkpoint.
     pub rounds: usize,
-    /// Training examples drawn per round.
+    /// Training examples drawn per round, over all replicas.
     pub items_per_round: usize,
-    /// Batches per round.
+    /// Batches per round on each replica (on the busiest one, when shares differ).
     pub batches_per_round: usize,
     /// Optimiser steps per round (a partial accumulation at a round's end is a step).
     pub steps_per_round: usize,
@@ -137,26 +137,38 @@ impl TrainConfig {
         }
     }
 
-    /// How a run over `train_len` training examples splits into rounds.
+    /// Model replicas training side by side: one, or one per device with the
+    /// multi-device strategies.
+    pub fn replicas(&self) -> usize {
+        match self.strategy {
+            Strategy::SingleDevice => 1,
+            Strategy::MultiDevice | Strategy::DistributedDataParallel => self.devices.len().max(1),
+        }
+    }
+
+    /// How a run over `train_len` training examples splits into rounds. With several
+    /// replicas each round is shared out among them (burn-train gives each device an
+    /// equal slice, the last one the remainder) and one optimiser step takes a batch
+    /// from each.
     pub fn plan(&self, train_len: usize) -> RunPlan {
         let batch = self.batch_size.max(1);
         let accum = self.grad_accumulation.max(1);
-        match self.length {
-            RunLength::Epochs(epochs) => {
-                let batches = train_len.div_ceil(batch);
-                RunPlan {
-                    rounds: epochs,
-                    items_per_round: train_len,
-                    batches_per_round: batches,
-                    steps_per_round: batches.div_ceil(accum),
-                }
-            }
-            RunLength::Steps { steps, eval_every } => RunPlan {
-                rounds: steps / eval_every.max(1),
-                items_per_round: eval_every * accum * batch,
-                batches_per_round: eval_every * accum,
-                steps_per_round: eval_every,
+        let replicas = self.replicas();
+        let items_per_round = match self.length {
+            RunLength::Epochs(_) => train_len,
+            RunLength::Steps { eval_every, .. } => eval_every * accum * batch * replicas,
+        };
+        // The largest share: the last device's.
+        let share = items_per_round - (replicas - 1) * (items_per_round / replicas);
+        let batches = share.div_ceil(batch);
+        RunPlan {
+            rounds: match self.length {
+                RunLength::Epochs(epochs) => epochs,
+                RunLength::Steps { steps, eval_every } => steps / eval_every.max(1),
             },
+            items_per_round,
+            batches_per_round: batches,
+            steps_per_round: batches.div_ceil(accum),
         }
     }
 
@@ -170,7 +182,9 @@ impl TrainConfig {
     /// # Errors
     /// Zero epochs, steps, batch size, accumulation or kept checkpoints; steps that are
     /// not a multiple of `eval_every`; a non-positive or non-finite learning rate;
-    /// `min_lr > lr`; betas outside `[0, 1)`; or a warmup at least as long as the run.
+    /// `min_lr > lr`; betas outside `[0, 1)`; an empty training set; a warmup at least as
+    /// long as the run; a `grad_clip` that is not positive; or a multi-device strategy
+    /// with fewer than 2 devices named.
     pub fn validate(&self, train_len: usize) -> Result<()> {
         let bad = |m: String| Err(TrainError::Config(m));
         let length = match self.length {
@@ -222,6 +236,14 @@ impl TrainConfig {
         if let Some(c) = self.grad_clip.filter(|c| c.is_nan() || *c <= 0.0) {
             return bad(format!("grad_clip must be > 0, got {c}"));
         }
+        if self.strategy != Strategy::SingleDevice && self.devices.len() < 2 {
+            return bad(format!(
+                "the {:?} strategy needs at least 2 devices, got {} ({:?})",
+                self.strategy,
+                self.devices.len(),
+                self.devices
+            ));
+        }
         Ok(())
     }
 
@@ -263,6 +285,11 @@ impl TrainConfig {
             self.grad_accumulation.to_string(),
         );
         check("seed", saved.seed.to_string(), self.seed.to_string());
+        check(
+            "replicas",
+            saved.replicas().to_string(),
+            self.replicas().to_string(),
+        );
         check("lr", saved.lr.to_string(), self.lr.to_string());
         check("min_lr", saved.min_lr.to_string(), self.min_lr.to_string());
         check(
@@ -405,6 +432,33 @@ mod tests {
             cfg.select_devices().unwrap_err().to_string(),
             "invalid train config: unknown backend 'metal': expected one of flex, ndarray, \
              wgpu, tch, tch-cuda, cuda"
+        );
+    }
+
+    #[test]
+    fn replicas_share_each_round() {
+        let mut cfg = TrainConfig::new(1, "unused");
+        cfg.batch_size = 10;
+        cfg.strategy = Strategy::MultiDevice;
+        cfg.devices = vec!["cuda:0".into(), "cuda:1".into()];
+        // 105 examples over 2 devices: 52 and 53, so 6 batches of 10 on the busiest.
+        let plan = cfg.plan(105);
+        assert_eq!((plan.batches_per_round, plan.steps_per_round), (6, 6));
+        // Steps mode draws a full batch per device per step.
+        cfg.length = RunLength::Steps {
+            steps: 40,
+            eval_every: 20,
+        };
+        let plan = cfg.plan(105);
+        assert_eq!(plan.items_per_round, 20 * 10 * 2);
+        assert_eq!((plan.batches_per_round, plan.steps_per_round), (20, 20));
+        assert_eq!(plan.total_steps(), 40);
+        cfg.devices.pop();
+        cfg.warmup_steps = 5;
+        assert_eq!(
+            cfg.validate(105).unwrap_err().to_string(),
+            "invalid train config: the MultiDevice strategy needs at least 2 devices, \
+             got 1 ([\"cuda:0\"])"
         );
     }
 

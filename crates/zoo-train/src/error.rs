@@ -11,14 +11,14 @@ pub enum TrainError {
     Config(String),
     /// The loss became NaN or infinite; the model kept is the last one before that step.
     #[error(
-        "loss is {value} at epoch {epoch}, step {step}; training stopped, the last good weights are kept"
+        "loss is {value} at epoch {epoch}, batch {batch}; training stopped, the last good weights are kept"
     )]
     NonFiniteLoss {
         /// The epoch, or round in steps mode (1-based).
         epoch: usize,
         /// The training batch within the run (1-based, counting the rounds before a
-        /// resume).
-        step: usize,
+        /// resume, and every replica's batches).
+        batch: usize,
         /// The loss value.
         value: f32,
     },

@@ -24,7 +24,7 @@ use burn::train::{
 
 use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
-use crate::loader::{PassesDataset, RoundLoader};
+use crate::loader::{PassesDataset, RoundLoader, RoundWindow};
 use crate::plot::plot_rounds;
 use crate::render::{Progress, ReportRenderer, SplitReport};
 use crate::schedule::WarmupCosine;
@@ -101,8 +101,9 @@ pub struct FitResult<T> {
     pub epochs: Vec<BTreeMap<String, f64>>,
     /// Where the per-epoch table was written.
     pub metrics_csv: PathBuf,
-    /// The PNG of the loss and metric curves (`metrics.png`).
-    pub plot: PathBuf,
+    /// The PNG of the loss and metric curves (`metrics.png`), unless drawing failed
+    /// (logged as a warning).
+    pub plot: Option<PathBuf>,
 }
 
 /// Writes each checkpoint through a temporary file and a rename, so a kill during a
@@ -150,11 +151,33 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
     }
 }
 
-/// Whether Burn 0.22.1 implements collective operations (the all-reduce of DDP) on
-/// `device`: only CUDA through cubecl does. Others would panic inside a worker thread.
-fn has_collectives(device: &Device) -> bool {
-    let name = format!("{device:?}");
-    name.starts_with("Cube") && name.contains("Cuda")
+/// Whether Burn 0.22.1 implements collective operations (the all-reduce of DDP) on the
+/// device printed as `debug` (`Device<Cube(Cuda(..))>`): only CUDA through cubecl does.
+/// Others would panic inside a worker thread.
+fn has_collectives(debug: &str) -> bool {
+    debug.contains("Cube(Cuda(")
+}
+
+/// Records the training-set size in `stream.json` (the order of the batches depends on
+/// it), or, when resuming, checks it has not changed.
+fn check_stream(dir: &Path, train_len: usize, resuming: bool) -> Result<()> {
+    let path = dir.join("stream.json");
+    if resuming && let Ok(text) = std::fs::read_to_string(&path) {
+        let saved: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| TrainError::Format(format!("{}: {e}", path.display())))?;
+        let before = saved["train_examples"].as_u64();
+        if before != Some(train_len as u64) {
+            return Err(TrainError::Config(format!(
+                "cannot resume the run in {}: it was started on {} training examples, now {train_len}; \
+                 the batches would differ",
+                dir.display(),
+                before.map_or("an unknown number of".into(), |b| b.to_string())
+            )));
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let json = serde_json::json!({ "train_examples": train_len });
+    write_atomic(&path, json.to_string().as_bytes())
 }
 
 /// The last epoch whose model, optimiser and scheduler checkpoints all exist.
@@ -218,15 +241,16 @@ where
     let strategy = match cfg.strategy {
         Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
         Strategy::MultiDevice | Strategy::DistributedDataParallel => {
-            if devices.len() < 2 {
+            if devices.len() != cfg.devices.len() {
                 return Err(TrainError::Config(format!(
-                    "the {:?} strategy needs at least 2 devices, got {}",
-                    cfg.strategy,
+                    "the config names {} devices ({}) but fit was given {}",
+                    cfg.devices.len(),
+                    cfg.devices.join(", "),
                     devices.len()
                 )));
             }
             if cfg.strategy == Strategy::DistributedDataParallel
-                && let Some(d) = devices.iter().find(|d| !has_collectives(d))
+                && let Some(d) = devices.iter().find(|d| !has_collectives(&format!("{d:?}")))
             {
                 return Err(TrainError::Config(format!(
                     "the DistributedDataParallel strategy needs CUDA devices (Burn 0.22.1 \
@@ -268,7 +292,7 @@ where
         if previous.length != cfg.length {
             log::warn!(
                 "resuming with a new run length ({:?} -> {:?}): the learning-rate schedule \
-                 is stretched to the new end",
+                 is recomputed for the new end, so the rate changes at this resume",
                 previous.length,
                 cfg.length
             );
@@ -285,25 +309,33 @@ where
     if options.resume && start_epoch.is_none() {
         log::info!("nothing to resume in {}: starting a new run", dir.display());
     }
+    check_stream(&dir, train.len(), start_epoch.is_some())?;
     cfg.save()?;
     device.seed(cfg.seed);
     let ad = device.clone().autodiff();
 
     let plan = cfg.plan(train.len());
-    // One seeded stream of examples for the whole run, cut into rounds; no loader-side
-    // shuffling, so a resumed run continues the stream exactly.
-    let whole = DataLoaderBuilder::new(batcher.clone())
+    // One seeded stream of examples for the whole run, seen through a window that moves
+    // one round at a time; no loader-side shuffling, so a resumed run continues the
+    // stream exactly.
+    let n = train.len();
+    let stream = PassesDataset::new(
+        Arc::new(train),
+        cfg.seed,
+        plan.total_items(),
+        plan.items_per_round.div_ceil(n) + 2,
+    );
+    let (window, window_start) = RoundWindow::new(stream, plan.items_per_round);
+    let inner = DataLoaderBuilder::new(batcher.clone())
         .batch_size(cfg.batch_size)
         .num_workers(cfg.num_workers)
         .set_device(ad.clone())
-        .build(PassesDataset::new(
-            Arc::new(train),
-            cfg.seed,
-            plan.total_items(),
-        ));
+        .build(window);
     let loader_train: Arc<dyn burn::data::dataloader::DataLoader<_>> = Arc::new(RoundLoader::new(
-        &whole,
+        inner,
+        window_start,
         plan.items_per_round,
+        plan.rounds,
         start_epoch.unwrap_or(0),
     ));
     let loader_valid = DataLoaderBuilder::new(batcher)
@@ -364,12 +396,13 @@ where
     let schedule = WarmupCosine::new(cfg.lr, cfg.min_lr, cfg.warmup_steps, plan.total_steps());
     let result = training.launch(Learner::new(task, optim.init(), schedule));
 
-    if let Some((step, value)) = guard.tripped() {
-        let per_round = plan.batches_per_round.max(1);
-        let step = start_epoch.unwrap_or(0) * per_round + step;
+    if let Some((batch, value)) = guard.tripped() {
+        // The guard counts the batches of this process, on every replica.
+        let per_round = plan.batches_per_round.max(1) * cfg.replicas();
+        let batch = start_epoch.unwrap_or(0) * per_round + batch;
         return Err(TrainError::NonFiniteLoss {
-            epoch: (step - 1) / per_round + 1,
-            step,
+            epoch: (batch - 1) / per_round + 1,
+            batch,
             value,
         });
     }
@@ -383,7 +416,14 @@ where
         RunLength::Epochs(_) => "epoch",
         RunLength::Steps { .. } => "step",
     };
-    let plot = plot_rounds(&epochs, x_axis, &dir)?;
+    // The run is done and saved: a plot that cannot be drawn costs a warning, not the run.
+    let plot = match plot_rounds(&epochs, x_axis, &dir) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            log::warn!("no metrics.png: {e}");
+            None
+        }
+    };
     Ok(FitResult {
         task: result.model,
         epochs,
@@ -479,6 +519,16 @@ pub fn metrics_table(epochs: &[BTreeMap<String, f64>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_cubecl_cuda_devices_have_collectives() {
+        assert!(has_collectives(
+            "Device<Cube(Cuda(CudaDevice { index: 1 }))>"
+        ));
+        assert!(!has_collectives("Device<LibTorch(Cuda(0))>"));
+        assert!(!has_collectives("Device<Cube(Wgpu(DefaultDevice))>"));
+        assert!(!has_collectives("Device<Flex(Cpu)>"));
+    }
 
     #[test]
     fn table_has_a_column_per_metric() {

@@ -1,11 +1,12 @@
 //! The training data of a whole run, cut into rounds.
 //!
-//! burn-train iterates its training loader once per epoch. [`RoundLoader`] hands out a
-//! different slice of one long, seeded stream of examples on each of those iterations:
-//! pass after pass over the training set, each pass in its own order. An epoch is then one
-//! pass, and a round of `eval_every` steps is a window that may cross passes. Because the
-//! order depends only on the seed and the round, a run resumed from round `k` sees exactly
-//! the batches an uninterrupted run would have seen.
+//! burn-train iterates its training loader once per epoch. [`RoundLoader`] shows it a
+//! different window of one long, seeded stream of examples ([`PassesDataset`]) on each of
+//! those iterations: pass after pass over the training set, each pass in its own order.
+//! An epoch is then one pass, and a round of `eval_every` steps is a window that may cross
+//! passes. Because the order depends only on the seed and the position in the stream, a
+//! run resumed from round `k` sees exactly the batches an uninterrupted run would have
+//! seen. One loader (and one pool of worker threads) serves every round.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,27 +24,33 @@ pub struct PassesDataset<I> {
     items: Arc<Vec<I>>,
     seed: u64,
     len: usize,
-    /// The permutations of the passes read last (at most two: a batch may straddle).
+    /// The permutations read last, most recent last.
     cache: Mutex<Vec<(usize, Arc<Vec<usize>>)>>,
+    cache_passes: usize,
 }
 
 impl<I> PassesDataset<I> {
-    /// `len` examples drawn pass after pass from `items` (which must not be empty).
-    pub fn new(items: Arc<Vec<I>>, seed: u64, len: usize) -> Self {
+    /// `len` examples drawn pass after pass from `items` (which must not be empty),
+    /// keeping the permutations of the last `cache_passes` passes read (at least 2: a
+    /// round, and each worker's share of it, may straddle passes).
+    pub fn new(items: Arc<Vec<I>>, seed: u64, len: usize, cache_passes: usize) -> Self {
         assert!(!items.is_empty(), "PassesDataset over an empty set");
         Self {
             items,
             seed,
             len,
             cache: Mutex::new(Vec::new()),
+            cache_passes: cache_passes.max(2),
         }
     }
 
     /// The order of pass `pass`: a permutation of `0..n`.
     pub fn permutation(&self, pass: usize) -> Arc<Vec<usize>> {
         let mut cache = self.cache.lock().expect("permutation cache");
-        if let Some((_, p)) = cache.iter().find(|(k, _)| *k == pass) {
-            return p.clone();
+        if let Some(i) = cache.iter().position(|(k, _)| *k == pass) {
+            let hit = cache.remove(i);
+            cache.push(hit.clone());
+            return hit.1;
         }
         let mut perm: Vec<usize> = (0..self.items.len()).collect();
         let mut rng = StdRng::seed_from_u64(
@@ -51,8 +58,8 @@ impl<I> PassesDataset<I> {
         );
         perm.shuffle(&mut rng);
         let perm = Arc::new(perm);
-        if cache.len() == 2 {
-            cache.remove(0);
+        if cache.len() >= self.cache_passes {
+            cache.remove(0); // the least recently used
         }
         cache.push((pass, perm.clone()));
         perm
@@ -78,33 +85,80 @@ impl<I: Clone + Send + Sync> Dataset<I> for PassesDataset<I> {
     }
 }
 
-/// A loader that yields round `r` on its `r`-th iteration (counting from the round it
-/// was told to start at), so that burn-train's epochs walk through a run's rounds.
+/// One round's window on a longer dataset: index `i` is `inner[start + i]`, where the
+/// start moves when the next round begins. Loaders over it keep their worker threads
+/// from round to round.
+pub struct RoundWindow<D> {
+    inner: D,
+    len: usize,
+    start: Arc<AtomicUsize>,
+}
+
+impl<D> RoundWindow<D> {
+    /// A window of `len` examples on `inner`, starting at 0, and the handle that moves it.
+    pub fn new(inner: D, len: usize) -> (Self, Arc<AtomicUsize>) {
+        let start = Arc::new(AtomicUsize::new(0));
+        let window = Self {
+            inner,
+            len,
+            start: start.clone(),
+        };
+        (window, start)
+    }
+}
+
+impl<I, D: Dataset<I>> Dataset<I> for RoundWindow<D> {
+    fn get(&self, index: usize) -> Result<I, DatasetError> {
+        assert!(
+            index < self.len,
+            "index {index} out of a round of {}",
+            self.len
+        );
+        self.inner.get(self.start.load(Ordering::SeqCst) + index)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// A loader over a [`RoundWindow`] that moves the window to round `r` when it is
+/// iterated for the `r`-th time (counting from the round it was told to start at), so
+/// that burn-train's epochs walk through a run's rounds.
 pub struct RoundLoader<O> {
-    rounds: Vec<Arc<dyn DataLoader<O>>>,
+    inner: Arc<dyn DataLoader<O>>,
+    window_start: Arc<AtomicUsize>,
+    items_per_round: usize,
+    rounds: usize,
     next: AtomicUsize,
 }
 
 impl<O> RoundLoader<O> {
-    /// Cuts `whole` (the run's loader, unshuffled) into rounds of `items_per_round`,
-    /// starting at round `start` (the rounds already trained when resuming).
-    pub fn new(whole: &Arc<dyn DataLoader<O>>, items_per_round: usize, start: usize) -> Self {
-        let total = whole.num_items();
-        let rounds = (0..total.div_ceil(items_per_round.max(1)))
-            .map(|r| {
-                let a = r * items_per_round;
-                whole.slice(a, (a + items_per_round).min(total))
-            })
-            .collect();
+    /// `inner` loads a [`RoundWindow`] of `items_per_round` examples whose start is
+    /// `window_start`, over a stream of `rounds` rounds; iteration begins at round
+    /// `start` (the rounds already trained when resuming).
+    pub fn new(
+        inner: Arc<dyn DataLoader<O>>,
+        window_start: Arc<AtomicUsize>,
+        items_per_round: usize,
+        rounds: usize,
+        start: usize,
+    ) -> Self {
         Self {
-            rounds,
+            inner,
+            window_start,
+            items_per_round,
+            rounds: rounds.max(1),
             next: AtomicUsize::new(start),
         }
     }
 
-    fn derive(&self, f: impl Fn(&Arc<dyn DataLoader<O>>) -> Arc<dyn DataLoader<O>>) -> Self {
+    fn derive(&self, inner: Arc<dyn DataLoader<O>>) -> Self {
         Self {
-            rounds: self.rounds.iter().map(f).collect(),
+            inner,
+            window_start: self.window_start.clone(),
+            items_per_round: self.items_per_round,
+            rounds: self.rounds,
             next: AtomicUsize::new(self.next.load(Ordering::SeqCst)),
         }
     }
@@ -114,19 +168,24 @@ impl<O: 'static> DataLoader<O> for RoundLoader<O> {
     fn iter<'a>(&'a self) -> Box<dyn DataLoaderIterator<O> + 'a> {
         let r = self.next.fetch_add(1, Ordering::SeqCst);
         // burn-train never iterates past its last epoch; stay on the last round if it did.
-        self.rounds[r.min(self.rounds.len() - 1)].iter()
+        let r = r.min(self.rounds - 1);
+        // Every device's share of a round is started before any of them is read, and all
+        // set the same start, so the shared window is consistent.
+        self.window_start
+            .store(r * self.items_per_round, Ordering::SeqCst);
+        self.inner.iter()
     }
 
     fn num_items(&self) -> usize {
-        self.rounds.first().map_or(0, |r| r.num_items())
+        self.inner.num_items()
     }
 
     fn to_device(&self, device: &Device) -> Arc<dyn DataLoader<O>> {
-        Arc::new(self.derive(|r| r.to_device(device)))
+        Arc::new(self.derive(self.inner.to_device(device)))
     }
 
     fn slice(&self, start: usize, end: usize) -> Arc<dyn DataLoader<O>> {
-        Arc::new(self.derive(|r| r.slice(start, end.min(r.num_items()))))
+        Arc::new(self.derive(self.inner.slice(start, end)))
     }
 }
 
@@ -151,7 +210,7 @@ mod tests {
     #[test]
     fn passes_are_permutations_in_a_seeded_order() {
         let items: Arc<Vec<usize>> = Arc::new((0..10).collect());
-        let ds = PassesDataset::new(items.clone(), 7, 25);
+        let ds = PassesDataset::new(items.clone(), 7, 25, 2);
         let all: Vec<usize> = (0..25).map(|i| ds.get(i).unwrap()).collect();
         assert_eq!(ds.len(), 25);
         for pass in all.chunks(10).take(2) {
@@ -160,49 +219,69 @@ mod tests {
             assert_eq!(sorted, (0..10).collect::<Vec<_>>());
         }
         assert_ne!(all[..10], all[10..20], "two passes in the same order");
-        let again = PassesDataset::new(items.clone(), 7, 25);
-        assert_eq!(
-            all,
-            (0..25).map(|i| again.get(i).unwrap()).collect::<Vec<_>>()
-        );
-        let other = PassesDataset::new(items, 8, 25);
+        // Reading in any order, with a small cache, gives the same stream.
+        let again = PassesDataset::new(items.clone(), 7, 25, 2);
+        let backwards: Vec<usize> = (0..25).rev().map(|i| again.get(i).unwrap()).collect();
+        assert_eq!(all, backwards.into_iter().rev().collect::<Vec<_>>());
+        let other = PassesDataset::new(items, 8, 25, 2);
         assert_ne!(
             all,
             (0..25).map(|i| other.get(i).unwrap()).collect::<Vec<_>>()
         );
     }
 
+    /// A round loader over a 24-example stream of the items 0..10 (seed 3), rounds of 8,
+    /// batches of 4, with `workers` loader threads.
+    fn round_loader(start: usize, workers: usize) -> (RoundLoader<Vec<usize>>, Vec<usize>) {
+        let items: Arc<Vec<usize>> = Arc::new((0..10).collect());
+        let stream = PassesDataset::new(items.clone(), 3, 24, 4);
+        let expected = (0..24).map(|i| stream.get(i).unwrap()).collect();
+        let (window, window_start) = RoundWindow::new(stream, 8);
+        let inner = DataLoaderBuilder::new(Ids)
+            .batch_size(4)
+            .num_workers(workers)
+            .build(window);
+        (RoundLoader::new(inner, window_start, 8, 3, start), expected)
+    }
+
     #[test]
     fn rounds_walk_the_stream_and_resume_where_they_stopped() {
-        let items: Arc<Vec<usize>> = Arc::new((0..10).collect());
-        let whole = || -> Arc<dyn DataLoader<Vec<usize>>> {
-            DataLoaderBuilder::new(Ids)
-                .batch_size(4)
-                .build(PassesDataset::new(items.clone(), 3, 24))
-        };
-        let stream: Vec<usize> = {
-            let ds = PassesDataset::new(items.clone(), 3, 24);
-            (0..24).map(|i| ds.get(i).unwrap()).collect()
-        };
-        let loader = RoundLoader::new(&whole(), 8, 0);
+        let (loader, stream) = round_loader(0, 0);
         assert_eq!(loader.num_items(), 8);
         let rounds: Vec<Vec<Vec<usize>>> = (0..3).map(|_| drain(&loader)).collect();
         for (r, batches) in rounds.iter().enumerate() {
             assert_eq!(batches.len(), 2, "round {r}: two batches of 4");
             assert_eq!(batches.concat(), stream[r * 8..(r + 1) * 8]);
         }
+        // Past the last round it stays there.
+        assert_eq!(drain(&loader), rounds[2]);
         // Resuming after round 1 gives rounds 2 and 3 exactly.
-        let resumed = RoundLoader::new(&whole(), 8, 1);
+        let (resumed, _) = round_loader(1, 0);
         assert_eq!(drain(&resumed), rounds[1]);
         assert_eq!(drain(&resumed), rounds[2]);
         // Slices (one per device) split each round and keep the round counter.
-        let halves = [loader.slice(0, 4), loader.slice(4, 8)];
-        let resumed = RoundLoader::new(&whole(), 8, 2);
-        let halves_resumed = [resumed.slice(0, 4), resumed.slice(4, 8)];
-        assert_eq!(drain(&*halves_resumed[0]), vec![stream[16..20].to_vec()]);
-        assert_eq!(drain(&*halves_resumed[1]), vec![stream[20..24].to_vec()]);
-        // The loader above was iterated 3 times, so its slices start after the end and
-        // stay on the last round.
-        assert_eq!(drain(&*halves[0]), vec![stream[16..20].to_vec()]);
+        let (resumed, _) = round_loader(2, 0);
+        let halves = [resumed.slice(0, 4), resumed.slice(4, 8)];
+        let its: Vec<_> = halves.iter().map(|h| h.iter()).collect();
+        let got: Vec<Vec<Vec<usize>>> = its
+            .into_iter()
+            .map(|it| it.map(|b| b.unwrap()).collect())
+            .collect();
+        assert_eq!(
+            got,
+            [vec![stream[16..20].to_vec()], vec![stream[20..24].to_vec()]]
+        );
+    }
+
+    #[test]
+    fn worker_threads_serve_every_round() {
+        let (loader, stream) = round_loader(0, 2);
+        for r in 0..3 {
+            let mut got = drain(&loader).concat();
+            got.sort();
+            let mut want = stream[r * 8..(r + 1) * 8].to_vec();
+            want.sort();
+            assert_eq!(got, want, "round {r}");
+        }
     }
 }

@@ -256,9 +256,14 @@ mod tests {
         img
     }
 
-    fn dark_pixels(img: &image::RgbImage) -> usize {
-        img.pixels()
-            .filter(|p| p.0.iter().all(|&c| c < 100))
+    /// Dark pixels in columns `cols` and rows `rows` of the image.
+    fn dark_pixels(
+        img: &image::RgbImage,
+        cols: std::ops::Range<u32>,
+        rows: std::ops::Range<u32>,
+    ) -> usize {
+        cols.flat_map(|x| rows.clone().map(move |y| (x, y)))
+            .filter(|&(x, y)| img.get_pixel(x, y).0.iter().all(|&c| c < 100))
             .count()
     }
 
@@ -282,12 +287,17 @@ mod tests {
             );
             return;
         }
-        let bare = dark_pixels(&draw_to_image(false));
-        let labelled = dark_pixels(&draw_to_image(true));
-        assert!(
-            labelled > bare + 2_000,
-            "text adds too few dark pixels: {bare} -> {labelled}"
-        );
+        let bare = draw_to_image(false);
+        let labelled = draw_to_image(true);
+        // The title `loss` sits centred above the first panel's chart, in its top margin.
+        let title = (PANEL.0 / 2 - 40)..(PANEL.0 / 2 + 40);
+        assert_eq!(dark_pixels(&bare, title.clone(), 0..14), 0);
+        let ink = dark_pixels(&labelled, title, 0..30);
+        assert!(ink > 30, "no title drawn: {ink} dark pixels");
+        // The y tick labels fill the left label area, empty without a font.
+        assert_eq!(dark_pixels(&bare, 14..66, 40..300), 0);
+        let ticks = dark_pixels(&labelled, 14..66, 40..300);
+        assert!(ticks > 100, "no tick labels drawn: {ticks} dark pixels");
     }
 
     #[test]

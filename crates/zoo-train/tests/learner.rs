@@ -119,7 +119,7 @@ fn learning_seq2seq_copies_with_teacher_forcing() {
 }
 
 #[test]
-fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
+fn nan_loss_stops_with_the_batch_and_keeps_good_checkpoints() {
     let device = zoo_device::test_device();
     let dir = temp_dir("nan");
     let cfg = toy_config(2, &dir);
@@ -147,12 +147,16 @@ fn nan_loss_stops_with_the_step_and_keeps_good_checkpoints() {
     )
     .unwrap_err();
     match err {
-        TrainError::NonFiniteLoss { epoch, step, value } => {
+        TrainError::NonFiniteLoss {
+            epoch,
+            batch,
+            value,
+        } => {
             assert_eq!(epoch, 3, "{err:?}");
-            // Steps count through the run: epoch 3 holds batches 51..=75.
-            assert!((51..=75).contains(&step), "step {step} outside epoch 3");
+            // Batches count through the run: epoch 3 holds batches 51..=75.
+            assert!((51..=75).contains(&batch), "batch {batch} outside epoch 3");
             assert!(value.is_nan());
-            assert!(err.to_string().contains(&format!("step {step}")));
+            assert!(err.to_string().contains(&format!("batch {batch}")));
         }
         other => panic!("expected a NaN error, got {other}"),
     }
@@ -235,6 +239,25 @@ fn kill_and_resume(name: &str, args: &[&str]) {
     assert!(!out.status.success());
     assert!(
         stderr.contains("started with other settings (seed 7 -> 8)"),
+        "{stderr}"
+    );
+    // So would another training set size.
+    let mut other_size: Vec<&str> = args.to_vec();
+    let i = other_size.iter().position(|a| *a == "--items").unwrap();
+    other_size[i + 1] = "999";
+    let out = toy()
+        .arg(&dir)
+        .args(&other_size)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "it was started on {} training examples, now 999",
+            args[i + 1]
+        )),
         "{stderr}"
     );
     // The resumed run saw the batches, schedule and optimiser state the uninterrupted
@@ -321,18 +344,23 @@ fn learning_in_steps_mode_validates_every_eval_every_steps() {
     }
     let acc = out.epochs.last().unwrap()["valid_accuracy"];
     assert!(acc > 90.0, "valid accuracy {acc}");
-    let png = std::fs::read(&out.plot).unwrap();
+    let png = std::fs::read(out.plot.unwrap()).unwrap();
     assert_eq!(&png[1..4], b"PNG");
     std::fs::remove_dir_all(dir).ok();
 }
 
 /// Trains the toy classifier on two copies of the test device with `strategy`, on a
-/// watchdog: a strategy that hangs fails the test instead of the suite.
-fn two_device_run(strategy: Strategy, name: &str) -> Vec<f64> {
+/// watchdog: a strategy that hangs fails the test instead of the suite. Returns the
+/// rounds' metrics and the run's folder.
+fn two_device_run(
+    strategy: Strategy,
+    name: &str,
+) -> (Vec<std::collections::BTreeMap<String, f64>>, PathBuf) {
     let device = zoo_device::test_device();
     let dir = temp_dir(name);
     let mut cfg = toy_config(2, &dir);
     cfg.strategy = strategy;
+    cfg.devices = vec![zoo_device::test_backend().to_string(); 2];
     let (tx, rx) = std::sync::mpsc::channel();
     let run_dir = dir.clone();
     std::thread::spawn(move || {
@@ -343,27 +371,27 @@ fn two_device_run(strategy: Strategy, name: &str) -> Vec<f64> {
             &[device.clone(), device],
             FitOptions::default(),
         );
-        tx.send(out.map(|o| {
-            o.epochs
-                .iter()
-                .map(|e| e["valid_accuracy"])
-                .collect::<Vec<_>>()
-        }))
-        .ok();
+        tx.send(out.map(|o| o.epochs)).ok();
     });
-    let acc = rx
+    let rounds = rx
         .recv_timeout(Duration::from_secs(300))
         .expect("no result after 300 s")
         .unwrap();
     assert_eq!(last_complete_checkpoint(&run_dir), Some(2));
-    std::fs::remove_dir_all(dir).ok();
-    acc
+    (rounds, run_dir)
 }
 
 #[test]
 fn learning_on_two_devices_with_multi_device() {
-    let acc = two_device_run(Strategy::MultiDevice, "multi");
-    assert!(acc[1] > 90.0, "valid accuracy per epoch {acc:?}");
+    let (rounds, dir) = two_device_run(Strategy::MultiDevice, "multi");
+    assert!(rounds[1]["valid_accuracy"] > 90.0, "{rounds:?}");
+    // 800 examples split over 2 devices: 25 batches of 16 each, one step per pair.
+    let steps: Vec<f64> = rounds.iter().map(|r| r["step"]).collect();
+    assert_eq!(steps, [25.0, 50.0]);
+    // The schedule was planned for those 50 steps: it ends at min_lr.
+    let lr = batch_log(&dir, "train", 2, "Learning_Rate");
+    assert!((lr.last().unwrap() - 1e-3).abs() < 1e-9, "{lr:?}");
+    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -375,9 +403,10 @@ fn ddp_outside_cuda_is_a_clear_error() {
     }
     let mut cfg = toy_config(2, &temp_dir("ddp"));
     cfg.strategy = Strategy::DistributedDataParallel;
+    cfg.devices = vec![zoo_device::test_backend().to_string(); 2];
     let err = fit_blobs(
         &cfg,
-        blobs(100, 4, 16, 1, &[]),
+        blobs(400, 4, 16, 1, &[]),
         blobs(20, 4, 16, 2, &[]),
         &[device.clone(), device.clone()],
         FitOptions::default(),
@@ -405,7 +434,8 @@ fn several_devices_are_required_by_multi_device_strategies() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid train config: the DistributedDataParallel strategy needs at least 2 devices, got 1"
+        "invalid train config: the DistributedDataParallel strategy needs at least 2 devices, \
+         got 1 ([\"flex\"])"
     );
 }
 

@@ -44,6 +44,11 @@ fn main() {
         std::process::exit(2);
     });
     let steps = arg(&args, "--steps", 0usize);
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    if has("--steps") && has("--epochs") || has("--eval-every") && !has("--steps") {
+        eprintln!("error: use --epochs, or --steps with --eval-every\n{USAGE}");
+        std::process::exit(2);
+    }
     let mut cfg = if steps > 0 {
         TrainConfig::steps(steps, arg(&args, "--eval-every", steps), dir)
     } else {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataset::InMemDataset;
+use burn::data::dataset::{Dataset, InMemDataset};
 use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use burn::tensor::Device;
@@ -212,12 +212,38 @@ pub fn last_complete_checkpoint(artifact_dir: &Path) -> Option<usize> {
 /// # Errors
 /// An invalid config, too few or unsuitable devices for the strategy, an unwritable
 /// folder, a resume whose settings conflict with the run's `config.json`, or a NaN /
-/// infinite loss (named with its step; the model's weights are then those before that
-/// step).
+/// infinite loss (named with its batch; the model's weights are then those before that
+/// batch's update).
 pub fn fit<T, I, B>(
     task: T,
     train: Vec<I>,
     valid: Vec<I>,
+    batcher: B,
+    cfg: &TrainConfig,
+    devices: &[Device],
+    options: FitOptions,
+) -> Result<FitResult<T>>
+where
+    T: Task,
+    I: Clone + Send + Sync + core::fmt::Debug + 'static,
+    B: Batcher<I, <T as TrainStep>::Input> + Clone + 'static,
+    T: InferenceStep<Input = <T as TrainStep>::Input>,
+    <T as TrainStep>::Input: Clone + core::fmt::Debug + Send + Sync,
+{
+    let (train, valid) = (InMemDataset::new(train), InMemDataset::new(valid));
+    fit_datasets(task, train, valid, batcher, cfg, devices, options)
+}
+
+/// [`fit`] over any Burn datasets (read from disk, memory-mapped, transformed), not only
+/// vectors in memory. The training set is read by index in a seeded order, pass after
+/// pass.
+///
+/// # Errors
+/// As [`fit`].
+pub fn fit_datasets<T, I, B, DT, DV>(
+    task: T,
+    train: DT,
+    valid: DV,
     batcher: B,
     cfg: &TrainConfig,
     devices: &[Device],
@@ -226,6 +252,8 @@ pub fn fit<T, I, B>(
 where
     T: Task,
     I: Clone + Send + Sync + core::fmt::Debug + 'static,
+    DT: Dataset<I> + 'static,
+    DV: Dataset<I> + 'static,
     B: Batcher<I, <T as TrainStep>::Input> + Clone + 'static,
     T: InferenceStep<Input = <T as TrainStep>::Input>,
     <T as TrainStep>::Input: Clone + core::fmt::Debug + Send + Sync,
@@ -320,7 +348,7 @@ where
     // stream exactly.
     let n = train.len();
     let stream = PassesDataset::new(
-        Arc::new(train),
+        train,
         cfg.seed,
         plan.total_items(),
         plan.items_per_round.div_ceil(n) + 2,
@@ -342,7 +370,7 @@ where
         .batch_size(cfg.batch_size)
         .num_workers(cfg.num_workers)
         .set_device(device.clone())
-        .build(InMemDataset::new(valid));
+        .build(valid);
 
     let ckpt = dir.join("checkpoint");
     let mut training = SupervisedTraining::new(&dir, loader_train, loader_valid)

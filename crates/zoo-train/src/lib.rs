@@ -51,7 +51,7 @@ pub mod toy;
 
 pub use config::{RunLength, RunPlan, Strategy, TrainConfig};
 pub use error::{Result, TrainError, write_atomic};
-pub use fit::{FitOptions, FitResult, Task, fit, last_complete_checkpoint};
+pub use fit::{FitOptions, FitResult, Task, fit, fit_datasets, last_complete_checkpoint};
 pub use render::{Progress, SplitReport};
 pub use schedule::WarmupCosine;
 pub use task::{

@@ -18,10 +18,10 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-/// Passes over `items`, one after another, each in the order of a permutation drawn from
-/// `seed` and the pass number. Index `j` is item `perm(j / n)[j % n]`.
-pub struct PassesDataset<I> {
-    items: Arc<Vec<I>>,
+/// Passes over a dataset `items`, one after another, each in the order of a permutation
+/// drawn from `seed` and the pass number. Index `j` is item `perm(j / n)[j % n]`.
+pub struct PassesDataset<D> {
+    items: D,
     seed: u64,
     len: usize,
     /// The permutations read last, most recent last.
@@ -29,11 +29,14 @@ pub struct PassesDataset<I> {
     cache_passes: usize,
 }
 
-impl<I> PassesDataset<I> {
+impl<D> PassesDataset<D> {
     /// `len` examples drawn pass after pass from `items` (which must not be empty),
     /// keeping the permutations of the last `cache_passes` passes read (at least 2: a
     /// round, and each worker's share of it, may straddle passes).
-    pub fn new(items: Arc<Vec<I>>, seed: u64, len: usize, cache_passes: usize) -> Self {
+    pub fn new<I>(items: D, seed: u64, len: usize, cache_passes: usize) -> Self
+    where
+        D: Dataset<I>,
+    {
         assert!(!items.is_empty(), "PassesDataset over an empty set");
         Self {
             items,
@@ -45,7 +48,10 @@ impl<I> PassesDataset<I> {
     }
 
     /// The order of pass `pass`: a permutation of `0..n`.
-    pub fn permutation(&self, pass: usize) -> Arc<Vec<usize>> {
+    pub fn permutation<I>(&self, pass: usize) -> Arc<Vec<usize>>
+    where
+        D: Dataset<I>,
+    {
         let mut cache = self.cache.lock().expect("permutation cache");
         if let Some(i) = cache.iter().position(|(k, _)| *k == pass) {
             let hit = cache.remove(i);
@@ -66,7 +72,7 @@ impl<I> PassesDataset<I> {
     }
 }
 
-impl<I: Clone + Send + Sync> Dataset<I> for PassesDataset<I> {
+impl<I, D: Dataset<I>> Dataset<I> for PassesDataset<D> {
     /// # Panics
     /// When `index >= len()`, as the `Dataset` contract states.
     fn get(&self, index: usize) -> Result<I, DatasetError> {
@@ -77,7 +83,7 @@ impl<I: Clone + Send + Sync> Dataset<I> for PassesDataset<I> {
         );
         let n = self.items.len();
         let perm = self.permutation(index / n);
-        Ok(self.items[perm[index % n]].clone())
+        self.items.get(perm[index % n])
     }
 
     fn len(&self) -> usize {
@@ -194,6 +200,7 @@ mod tests {
     use super::*;
     use burn::data::dataloader::DataLoaderBuilder;
     use burn::data::dataloader::batcher::Batcher;
+    use burn::data::dataset::InMemDataset;
 
     #[derive(Clone)]
     struct Ids;
@@ -209,7 +216,7 @@ mod tests {
 
     #[test]
     fn passes_are_permutations_in_a_seeded_order() {
-        let items: Arc<Vec<usize>> = Arc::new((0..10).collect());
+        let items = Arc::new(InMemDataset::new((0..10).collect::<Vec<usize>>()));
         let ds = PassesDataset::new(items.clone(), 7, 25, 2);
         let all: Vec<usize> = (0..25).map(|i| ds.get(i).unwrap()).collect();
         assert_eq!(ds.len(), 25);
@@ -233,7 +240,7 @@ mod tests {
     /// A round loader over a 24-example stream of the items 0..10 (seed 3), rounds of 8,
     /// batches of 4, with `workers` loader threads.
     fn round_loader(start: usize, workers: usize) -> (RoundLoader<Vec<usize>>, Vec<usize>) {
-        let items: Arc<Vec<usize>> = Arc::new((0..10).collect());
+        let items = Arc::new(InMemDataset::new((0..10).collect::<Vec<usize>>()));
         let stream = PassesDataset::new(items.clone(), 3, 24, 4);
         let expected = (0..24).map(|i| stream.get(i).unwrap()).collect();
         let (window, window_start) = RoundWindow::new(stream, 8);

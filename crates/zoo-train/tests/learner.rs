@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use burn::data::dataset::InMemDataset;
+use burn::data::dataset::transform::{Mapper, MapperDataset};
 use burn::module::Module;
 use burn::tensor::Device;
 use zoo_data::Seq2SeqBatcher;
@@ -325,10 +327,22 @@ fn learning_in_steps_mode_validates_every_eval_every_steps() {
     let dir = temp_dir("steps");
     // 300 examples of batch 16 is 19 batches an epoch; 60 steps cross three passes.
     let cfg = toy_settings(TrainConfig::steps(60, 20, &dir));
-    let out = fit_blobs(
+    // Any Burn dataset will do: here the features are halved lazily, as they are read.
+    struct Halve;
+    impl Mapper<BlobItem, BlobItem> for Halve {
+        fn map(&self, item: &BlobItem) -> BlobItem {
+            let x = item.x.iter().map(|v| v / 2.0).collect();
+            BlobItem { x, y: item.y }
+        }
+    }
+    let lazy = |items| MapperDataset::new(InMemDataset::new(items), Halve);
+    let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
+    let out = zoo_train::fit_datasets(
+        ClassificationTask::new(model),
+        lazy(blobs(300, 4, 16, 5, &[])),
+        lazy(blobs(200, 4, 16, 6, &[])),
+        BlobBatcher,
         &cfg,
-        blobs(300, 4, 16, 5, &[]),
-        blobs(200, 4, 16, 6, &[]),
         std::slice::from_ref(&device),
         FitOptions::default(),
     )

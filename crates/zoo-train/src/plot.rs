@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::{Result, TrainError, io_err};
@@ -120,6 +122,12 @@ pub fn curve_color(i: usize) -> RGBColor {
     RGBColor(r, g, b)
 }
 
+/// Whether a panel's values are better read on a log scale: all positive and spanning
+/// more than a factor of 30 (a loss that falls by orders of magnitude).
+pub fn wants_log_scale(lo: f64, hi: f64) -> bool {
+    lo > 0.0 && hi / lo > 30.0
+}
+
 fn draw(
     panels: &[Panel],
     x_axis: &str,
@@ -142,7 +150,6 @@ fn draw(
         if x1 <= x0 {
             x1 = x0 + 1.0;
         }
-        let pad = ((y1 - y0) * 0.05).max(1e-6);
         let mut builder = ChartBuilder::on(area);
         builder.margin(14);
         if text {
@@ -151,39 +158,66 @@ fn draw(
                 .x_label_area_size(35)
                 .y_label_area_size(55);
         }
-        let mut chart = builder.build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))?;
-        if text {
-            chart
-                .configure_mesh()
-                .x_desc(x_axis)
-                .x_label_formatter(&|x| format!("{x:.0}"))
-                .draw()?;
+        if wants_log_scale(y0, y1) {
+            let mut chart = builder.build_cartesian_2d(x0..x1, (y0 / 1.2..y1 * 1.2).log_scale())?;
+            draw_curves(&mut chart, panel, x_axis, text)?;
         } else {
-            chart
-                .configure_mesh()
-                .x_labels(0)
-                .y_labels(0)
-                .disable_mesh()
-                .draw()?;
-        }
-        for (i, (name, pts)) in panel.series.iter().enumerate() {
-            let color = curve_color(i);
-            let drawn = chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
-            if text {
-                drawn
-                    .label(name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
-            }
-        }
-        if text {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()?;
+            let pad = ((y1 - y0) * 0.05).max(1e-6);
+            let mut chart = builder.build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))?;
+            draw_curves(&mut chart, panel, x_axis, text)?;
         }
     }
     root.present()?;
+    Ok(())
+}
+
+/// The mesh, the curves and (with `text`) the legend of one panel, on a linear or a log
+/// value axis.
+fn draw_curves<'a, DB, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    panel: &Panel,
+    x_axis: &str,
+    text: bool,
+) -> std::result::Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    if text {
+        chart
+            .configure_mesh()
+            .x_desc(x_axis)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    } else {
+        chart
+            .configure_mesh()
+            .x_labels(0)
+            .y_labels(0)
+            .disable_mesh()
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    for (i, (name, pts)) in panel.series.iter().enumerate() {
+        let color = curve_color(i);
+        let drawn = chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+        if text {
+            drawn
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        }
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
@@ -298,6 +332,37 @@ mod tests {
         assert_eq!(dark_pixels(&bare, 14..66, 40..300), 0);
         let ticks = dark_pixels(&labelled, 14..66, 40..300);
         assert!(ticks > 100, "no tick labels drawn: {ticks} dark pixels");
+    }
+
+    #[test]
+    fn losses_spanning_orders_of_magnitude_are_drawn_on_a_log_scale() {
+        assert!(!wants_log_scale(0.5, 3.0));
+        assert!(!wants_log_scale(-1.0, 100.0));
+        assert!(wants_log_scale(1e-4, 0.5));
+        // Loss 10^-r: a straight line on a log axis, so the middle of the curve sits
+        // halfway between its ends (on a linear axis it would hug the bottom).
+        let table: Vec<BTreeMap<String, f64>> = (0..=6)
+            .map(|r| BTreeMap::from([("train_loss".to_string(), 10f64.powi(-r))]))
+            .collect();
+        let dir = std::env::temp_dir().join(format!("zoo-plot-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("metrics.png");
+        draw(&panels(&table, "epoch"), "epoch", false, &file).unwrap();
+        let img = image::open(&file).unwrap().to_rgb8();
+        std::fs::remove_dir_all(dir).ok();
+        let c = curve_color(0);
+        let row_at = |x: u32| {
+            let rows: Vec<u32> = (0..img.height())
+                .filter(|&y| img.get_pixel(x, y).0 == [c.0, c.1, c.2])
+                .collect();
+            assert!(!rows.is_empty(), "no curve at x {x}");
+            rows.iter().sum::<u32>() as f64 / rows.len() as f64
+        };
+        // The chart spans x 14..406; sample near both ends and in the middle.
+        let (left, mid, right) = (row_at(30), row_at(210), row_at(390));
+        assert!(right > left + 200.0, "{left} {mid} {right}");
+        let halfway = (left + right) / 2.0;
+        assert!((mid - halfway).abs() < 15.0, "{left} {mid} {right}");
     }
 
     #[test]

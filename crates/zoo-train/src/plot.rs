@@ -255,24 +255,24 @@ mod tests {
         assert_eq!(p[1].series[0].1[2], (3.0, 45.0));
     }
 
+    /// The mean row (y) of the pixels of `color` in columns `cols`.
+    fn mean_row(img: &image::RgbImage, color: RGBColor, cols: std::ops::Range<u32>) -> f64 {
+        let rows: Vec<u32> = cols
+            .clone()
+            .flat_map(|x| (0..img.height()).map(move |y| (x, y)))
+            .filter(|&(x, y)| img.get_pixel(x, y).0 == [color.0, color.1, color.2])
+            .map(|(_, y)| y)
+            .collect();
+        assert!(!rows.is_empty(), "no curve pixels at x {cols:?}");
+        rows.iter().sum::<u32>() as f64 / rows.len() as f64
+    }
+
     /// Rows (y) of the pixels of `color` in panel `k`, at the left and right fifths.
     fn curve_rows(img: &image::RgbImage, k: u32, color: RGBColor) -> (f64, f64) {
-        let mean_row = |x_from: u32, x_to: u32| {
-            let rows: Vec<u32> = (x_from..x_to)
-                .flat_map(|x| (0..img.height()).map(move |y| (x, y)))
-                .filter(|&(x, y)| img.get_pixel(x, y).0 == [color.0, color.1, color.2])
-                .map(|(_, y)| y)
-                .collect();
-            assert!(
-                !rows.is_empty(),
-                "no curve pixels in panel {k} at x {x_from}..{x_to}"
-            );
-            rows.iter().sum::<u32>() as f64 / rows.len() as f64
-        };
         let x = k * PANEL.0;
         (
-            mean_row(x + 90, x + 150),
-            mean_row(x + PANEL.0 - 100, x + PANEL.0 - 40),
+            mean_row(img, color, x + 90..x + 150),
+            mean_row(img, color, x + PANEL.0 - 100..x + PANEL.0 - 40),
         )
     }
 
@@ -351,13 +351,7 @@ mod tests {
         let img = image::open(&file).unwrap().to_rgb8();
         std::fs::remove_dir_all(dir).ok();
         let c = curve_color(0);
-        let row_at = |x: u32| {
-            let rows: Vec<u32> = (0..img.height())
-                .filter(|&y| img.get_pixel(x, y).0 == [c.0, c.1, c.2])
-                .collect();
-            assert!(!rows.is_empty(), "no curve at x {x}");
-            rows.iter().sum::<u32>() as f64 / rows.len() as f64
-        };
+        let row_at = |x: u32| mean_row(&img, c, x..x + 1);
         // The chart spans x 14..406; sample near both ends and in the middle.
         let (left, mid, right) = (row_at(30), row_at(210), row_at(390));
         assert!(right > left + 200.0, "{left} {mid} {right}");

@@ -351,9 +351,7 @@ fn learning_in_steps_mode_validates_every_eval_every_steps() {
     assert_eq!(last_complete_checkpoint(&dir), Some(3));
     // Each round trained on exactly 20 batches of 16.
     for round in 1..=3 {
-        let log =
-            std::fs::read_to_string(dir.join(format!("train/epoch-{round}/Loss.log"))).unwrap();
-        let batches = log.lines().filter(|l| !l.ends_with(",final")).count();
+        let batches = batch_log(&dir, "train", round, "Loss").len();
         assert_eq!(batches, 20, "round {round}");
     }
     let acc = out.epochs.last().unwrap()["valid_accuracy"];

@@ -62,7 +62,7 @@ fn main() -> Result<(), Error> {
     settings.alpha = args.alpha;
     settings.device = args.device.clone();
     let start = std::time::Instant::now();
-    let out = train(&settings, &device, None)?;
+    let out = train(&settings, &device, Some(Box::new(|r| println!("{r}"))))?;
     let secs = start.elapsed().as_secs_f64();
     for (i, e) in out.epochs.iter().enumerate() {
         println!(

@@ -107,6 +107,7 @@ fn main() -> Result<(), Error> {
         std::slice::from_ref(&device),
         FitOptions {
             resume: args.resume,
+            report: Some(Box::new(|r| println!("{r}"))),
             ..FitOptions::default()
         },
     )?;

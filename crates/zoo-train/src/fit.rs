@@ -84,7 +84,7 @@ pub struct FitOptions {
     /// How progress is shown.
     pub progress: Progress,
     /// With [`Progress::Lines`] (or `Auto` off a terminal), called at the end of every
-    /// train and validation split instead of printing its line.
+    /// train and validation split; without it the report is logged.
     pub report: Option<ReportSink>,
 }
 
@@ -158,11 +158,34 @@ fn has_collectives(debug: &str) -> bool {
     debug.contains("Cube(Cuda(")
 }
 
-/// Records the training-set size in `stream.json` (the order of the batches depends on
-/// it), or, when resuming, checks it has not changed.
-fn check_stream(dir: &Path, train_len: usize, resuming: bool) -> Result<()> {
+/// Refuses to resume the run in `cfg.artifact_dir` when it was started with settings
+/// that would change its batches or schedule (`config.json`) or on another number of
+/// training examples (`stream.json`, on which the order of the batches depends).
+fn check_resume(cfg: &TrainConfig, train_len: usize) -> Result<()> {
+    let dir = &cfg.artifact_dir;
+    let saved = dir.join("config.json");
+    if saved.exists() {
+        let previous = TrainConfig::load(&saved)?;
+        if previous.length != cfg.length {
+            log::warn!(
+                "resuming with a new run length ({:?} -> {:?}): the learning-rate schedule \
+                 is recomputed for the new end, so the rate changes at this resume",
+                previous.length,
+                cfg.length
+            );
+        }
+        let conflicts = cfg.resume_conflicts(&previous);
+        if !conflicts.is_empty() {
+            return Err(TrainError::Config(format!(
+                "cannot resume the run in {}: it was started with other settings ({}); \
+                 resume with its config.json, or start a new run",
+                dir.display(),
+                conflicts.join(", ")
+            )));
+        }
+    }
     let path = dir.join("stream.json");
-    if resuming && let Ok(text) = std::fs::read_to_string(&path) {
+    if let Ok(text) = std::fs::read_to_string(&path) {
         let saved: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| TrainError::Format(format!("{}: {e}", path.display())))?;
         let before = saved["train_examples"].as_u64();
@@ -175,9 +198,7 @@ fn check_stream(dir: &Path, train_len: usize, resuming: bool) -> Result<()> {
             )));
         }
     }
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let json = serde_json::json!({ "train_examples": train_len });
-    write_atomic(&path, json.to_string().as_bytes())
+    Ok(())
 }
 
 /// The last epoch whose model, optimiser and scheduler checkpoints all exist.
@@ -313,32 +334,17 @@ where
     } else {
         None
     };
-    let saved = dir.join("config.json");
-    if start_epoch.is_some() && saved.exists() {
-        let previous = TrainConfig::load(&saved)?;
-        let conflicts = cfg.resume_conflicts(&previous);
-        if previous.length != cfg.length {
-            log::warn!(
-                "resuming with a new run length ({:?} -> {:?}): the learning-rate schedule \
-                 is recomputed for the new end, so the rate changes at this resume",
-                previous.length,
-                cfg.length
-            );
-        }
-        if !conflicts.is_empty() {
-            return Err(TrainError::Config(format!(
-                "cannot resume the run in {}: it was started with other settings ({}); \
-                 resume with its config.json, or start a new run",
-                dir.display(),
-                conflicts.join(", ")
-            )));
-        }
-    }
-    if options.resume && start_epoch.is_none() {
+    if start_epoch.is_some() {
+        check_resume(cfg, train.len())?;
+    } else if options.resume {
         log::info!("nothing to resume in {}: starting a new run", dir.display());
     }
-    check_stream(&dir, train.len(), start_epoch.is_some())?;
     cfg.save()?;
+    let stream_record = serde_json::json!({ "train_examples": train.len() });
+    write_atomic(
+        &dir.join("stream.json"),
+        stream_record.to_string().as_bytes(),
+    )?;
     device.seed(cfg.seed);
     let ad = device.clone().autodiff();
 
@@ -407,7 +413,7 @@ where
             let sink = options
                 .report
                 .take()
-                .unwrap_or_else(|| Box::new(|r: &SplitReport| println!("{r}")));
+                .unwrap_or_else(|| Box::new(|r: &SplitReport| log::info!("{r}")));
             training = training.renderer(Box::new(ReportRenderer::new(sink)));
         }
     }

@@ -20,8 +20,9 @@ pub enum Progress {
     /// burn-train's TUI when stdout is a terminal, otherwise [`Progress::Lines`].
     #[default]
     Auto,
-    /// One [`SplitReport`] per split and epoch: printed to stdout, or handed to the
-    /// `report` callback of `FitOptions` when one is given.
+    /// One [`SplitReport`] per split and epoch: handed to the `report` callback of
+    /// `FitOptions` (programs print it: it displays as one line), or logged at info
+    /// level when there is none.
     Lines,
     /// burn-train's plain CLI renderer (a progress record per batch).
     BurnCli,

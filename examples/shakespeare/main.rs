@@ -12,8 +12,9 @@ use std::path::PathBuf;
 
 use burn::module::Module;
 use clap::{Parser, ValueEnum};
+use zoo_core::{GenerationConfig, generate};
 use zoo_data::{CausalLmBatcher, CharVocab};
-use zoo_decoder::{DecoderConfig, GenerationConfig, generate};
+use zoo_decoder::DecoderConfig;
 use zoo_examples::{Error, device_or_exit, mean_nll};
 use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
 

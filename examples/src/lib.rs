@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::tensor::Device;
+use zoo_core::{GenerationConfig, generate};
 use zoo_data::{CausalLmBatcher, CausalLmItem, CharVocab};
 use zoo_decoder::bigram::BigramModel;
 use zoo_decoder::model::masked_cross_entropy;
-use zoo_decoder::{DecoderConfig, DecoderInput, DecoderLm, GenerationConfig, generate};
+use zoo_decoder::{DecoderConfig, DecoderInput, DecoderLm};
 
 /// Boxed error for the example programs.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

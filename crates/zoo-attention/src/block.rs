@@ -8,13 +8,14 @@ use burn::nn::{
     RmsNormConfig,
 };
 use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::KvCache;
 use crate::error::{AttentionError, Result};
 use crate::mask::Mask;
 use crate::mha::{AttentionInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use crate::position::Positions;
 
 /// The feed-forward non-linearity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,8 +26,20 @@ pub enum FfnActivation {
     Gelu,
     /// GELU with the tanh approximation (GPT-2's `gelu_new`).
     GeluTanh,
+    /// `silu(x) = x · sigmoid(x)` (Elfwing et al., 2018), ungated.
+    Silu,
     /// `down(silu(gate(x)) * up(x))` (Shazeer, 2020; Llama).
     SwiGlu,
+    /// `down(gelu(gate(x)) * up(x))` (Shazeer, 2020; T5 v1.1's `gated-gelu`, with the
+    /// tanh approximation as HF's `gelu_new`).
+    GeGlu,
+}
+
+impl FfnActivation {
+    /// Whether the activation multiplies by a gate projection.
+    pub fn is_gated(self) -> bool {
+        matches!(self, Self::SwiGlu | Self::GeGlu)
+    }
 }
 
 /// Configuration of [`FeedForward`].
@@ -54,7 +67,7 @@ pub struct FeedForwardConfig {
 /// `down_proj`). GPT-2's `c_fc` is `up_proj` and its `c_proj` is `down_proj`.
 #[derive(Module, Debug)]
 pub struct FeedForward {
-    /// Gate projection (SwiGLU only).
+    /// Gate projection (gated activations only).
     pub gate_proj: Option<Linear>,
     /// Up projection `[d_model, d_ff]`.
     pub up_proj: Linear,
@@ -86,7 +99,9 @@ impl FeedForwardConfig {
                 .init(device)
         };
         Ok(FeedForward {
-            gate_proj: (self.activation == FfnActivation::SwiGlu)
+            gate_proj: self
+                .activation
+                .is_gated()
                 .then(|| linear(self.d_model, self.d_ff)),
             up_proj: linear(self.d_model, self.d_ff),
             down_proj: linear(self.d_ff, self.d_model),
@@ -97,18 +112,41 @@ impl FeedForwardConfig {
 }
 
 impl FeedForward {
+    /// The activation.
+    pub fn activation(&self) -> FfnActivation {
+        self.activation
+    }
+
     /// # Shapes
     /// - `x`: `[B, T, d_model]` -> `[B, T, d_model]`
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+    ///
+    /// # Errors
+    /// A gated activation without its gate projection, or a gate on an ungated one
+    /// (a module assembled or loaded by hand).
+    pub fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
+        let up = |x| self.up_proj.forward(x);
         let h = match (self.activation, &self.gate_proj) {
-            (FfnActivation::SwiGlu, Some(gate)) => {
-                silu(gate.forward(x.clone())) * self.up_proj.forward(x)
+            (FfnActivation::SwiGlu, Some(gate)) => silu(gate.forward(x.clone())) * up(x),
+            (FfnActivation::GeGlu, Some(gate)) => gelu_approximate(gate.forward(x.clone())) * up(x),
+            (act, None) if act.is_gated() => {
+                return Err(AttentionError::Unsupported(format!(
+                    "feed-forward activation {act:?} needs its gate projection, which is missing"
+                )));
             }
-            (FfnActivation::Relu, _) => relu(self.up_proj.forward(x)),
-            (FfnActivation::GeluTanh, _) => gelu_approximate(self.up_proj.forward(x)),
-            _ => gelu(self.up_proj.forward(x)),
+            (act, Some(_)) if !act.is_gated() => {
+                return Err(AttentionError::Unsupported(format!(
+                    "feed-forward activation {act:?} takes no gate projection, but one is present"
+                )));
+            }
+            (FfnActivation::Relu, _) => relu(up(x)),
+            (FfnActivation::GeluTanh, _) => gelu_approximate(up(x)),
+            (FfnActivation::Silu, _) => silu(up(x)),
+            (FfnActivation::Gelu, _) => gelu(up(x)),
+            (FfnActivation::SwiGlu | FfnActivation::GeGlu, _) => {
+                unreachable!("gated, handled above")
+            }
         };
-        self.dropout.forward(self.down_proj.forward(h))
+        Ok(self.dropout.forward(self.down_proj.forward(h)))
     }
 }
 
@@ -274,7 +312,7 @@ pub struct BlockInput {
     memory_mask: Mask,
     need_weights: bool,
     position: usize,
-    positions: Option<Tensor<2, Int>>,
+    positions: Option<Positions>,
 }
 
 impl BlockInput {
@@ -317,7 +355,7 @@ impl BlockInput {
     }
 
     /// A RoPE position per row and token, `[B, T]` (left-padded batches).
-    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
+    pub fn with_positions(mut self, positions: Positions) -> Self {
         self.positions = Some(positions);
         self
     }
@@ -430,10 +468,10 @@ impl TransformerBlock {
             x.clone()
                 + self
                     .dropout
-                    .forward(self.mlp.forward(self.norm_2.forward(x)))
+                    .forward(self.mlp.forward(self.norm_2.forward(x))?)
         } else {
             self.norm_2
-                .forward(x.clone() + self.dropout.forward(self.mlp.forward(x)))
+                .forward(x.clone() + self.dropout.forward(self.mlp.forward(x)?))
         };
         Ok(BlockOutput {
             hidden,
@@ -462,7 +500,9 @@ mod tests {
             FfnActivation::Relu,
             FfnActivation::Gelu,
             FfnActivation::GeluTanh,
+            FfnActivation::Silu,
             FfnActivation::SwiGlu,
+            FfnActivation::GeGlu,
         ] {
             let ffn = FeedForwardConfig::new(4, 8)
                 .with_activation(act)
@@ -480,16 +520,65 @@ mod tests {
                         * (2.0 / std::f64::consts::PI).sqrt();
                     up.clone() * (inner.tanh() + 1.0) * 0.5
                 }
+                FfnActivation::Silu => up.clone() * burn::tensor::activation::sigmoid(up.clone()),
                 FfnActivation::SwiGlu => {
                     let g = ffn.gate_proj.as_ref().unwrap().forward(input.clone());
                     g.clone() * burn::tensor::activation::sigmoid(g) * up.clone()
                 }
+                FfnActivation::GeGlu => {
+                    let g = ffn.gate_proj.as_ref().unwrap().forward(input.clone());
+                    let inner = (g.clone() + g.clone().powi_scalar(3) * 0.044715)
+                        * (2.0 / std::f64::consts::PI).sqrt();
+                    g * (inner.tanh() + 1.0) * 0.5 * up.clone()
+                }
             };
             let expected = ffn.down_proj.forward(h);
             assert!(
-                max_abs_diff(&ffn.forward(input.clone()), &expected) < 1e-5,
+                max_abs_diff(&ffn.forward(input.clone()).unwrap(), &expected) < 1e-5,
                 "{act:?}"
             );
+            assert_eq!(ffn.gate_proj.is_some(), act.is_gated(), "{act:?}");
+        }
+    }
+
+    #[test]
+    fn a_gated_ffn_without_its_gate_is_an_error() {
+        let dev = test_device();
+        let mut ffn = FeedForwardConfig::new(4, 8)
+            .with_activation(FfnActivation::SwiGlu)
+            .init(&dev)
+            .unwrap();
+        let gate = ffn.gate_proj.take();
+        let e = ffn.forward(x(1, 2, 4)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "feed-forward activation SwiGlu needs its gate projection, which is missing"
+        );
+        let mut plain = FeedForwardConfig::new(4, 8).init(&dev).unwrap();
+        plain.gate_proj = gate;
+        assert!(plain.forward(x(1, 2, 4)).is_err());
+    }
+
+    #[test]
+    fn rms_norm_differs_from_layer_norm_on_inputs_with_a_mean() {
+        let dev = test_device();
+        let rms = Norm::new(NormKind::RmsNorm, 4, 1e-6, &dev);
+        let ln = Norm::new(NormKind::LayerNorm, 4, 1e-6, &dev);
+        // Mean 2.5, mean of squares 7.5: RMSNorm divides by sqrt(7.5) and keeps the mean;
+        // LayerNorm subtracts 2.5 and divides by the standard deviation sqrt(1.25).
+        let input = Tensor::<1>::from_floats([1.0, 2.0, 3.0, 4.0], &dev).reshape([1, 1, 4]);
+        let r = rms
+            .forward(input.clone())
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let l = ln.forward(input).into_data().try_to_vec::<f32>().unwrap();
+        let s = 7.5f32.sqrt();
+        let sd = 1.25f32.sqrt();
+        for i in 0..4 {
+            let v = (i + 1) as f32;
+            assert!((r[i] - v / s).abs() < 1e-5, "rms {r:?}");
+            assert!((l[i] - (v - 2.5) / sd).abs() < 1e-4, "ln {l:?}");
         }
     }
 
@@ -536,11 +625,11 @@ mod tests {
             let expected = match placement {
                 NormPlacement::Pre => {
                     let h = input.clone() + attn(b.norm_1.forward(input.clone()));
-                    h.clone() + b.mlp.forward(b.norm_2.forward(h))
+                    h.clone() + b.mlp.forward(b.norm_2.forward(h)).unwrap()
                 }
                 NormPlacement::Post => {
                     let h = b.norm_1.forward(input.clone() + attn(input.clone()));
-                    b.norm_2.forward(h.clone() + b.mlp.forward(h))
+                    b.norm_2.forward(h.clone() + b.mlp.forward(h).unwrap())
                 }
             };
             assert!(max_abs_diff(&got, &expected) < 1e-5, "{placement:?}");

@@ -60,6 +60,24 @@ pub enum AttentionError {
         /// The maximum.
         max_len: usize,
     },
+    /// A negative position.
+    #[error("{what}: position {position} is negative")]
+    NegativePosition {
+        /// Which input.
+        what: &'static str,
+        /// The position given.
+        position: i64,
+    },
+    /// A setting outside the range where it means something.
+    #[error("{name} must be {bound}, got {value}")]
+    OutOfRange {
+        /// Which setting.
+        name: &'static str,
+        /// The range, in words (`>= 4`, `> 0`).
+        bound: &'static str,
+        /// The value given.
+        value: String,
+    },
     /// Two settings that cannot be used together.
     #[error("{0}")]
     Unsupported(String),

@@ -8,10 +8,12 @@
 //!   global tokens, and linear attention;
 //! - [`mha`]: multi-head attention for self- and cross-attention with MHA, GQA and MQA,
 //!   separate or fused QKV, RoPE, sliding windows and a KV cache;
-//! - [`mask`]: causal, padding, boolean and additive masks;
+//! - [`mask`]: one rule for which key a query may see ([`Visibility`]: causal, window,
+//!   global tokens), padding, boolean and additive masks;
 //! - [`position`]: sinusoidal, learned, rotary (half-split and interleaved), ALiBi and T5
 //!   relative position bias;
-//! - [`cache`]: the per-layer KV cache, bounded or sliding;
+//! - [`cache`]: the per-layer KV cache, bounded (written in place) or sliding, and the
+//!   cross-attention cache of the encoder's keys and values;
 //! - [`block`]: feed-forward variants, LayerNorm / RMSNorm, and the pre- or post-norm
 //!   transformer block used as encoder and decoder layer.
 //!
@@ -31,10 +33,11 @@ pub use block::{
     BlockInput, BlockOutput, FeedForward, FeedForwardConfig, FfnActivation, Norm, NormKind,
     NormPlacement, TransformerBlock, TransformerBlockConfig,
 };
-pub use cache::KvCache;
+pub use cache::{CrossKvCache, KvCache};
 pub use error::{AttentionError, Result};
-pub use mask::Mask;
+pub use mask::{Mask, Visibility};
 pub use mha::{
     AttentionInput, AttentionKernel, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig,
+    PositionBias,
 };
-pub use position::RopeLayout;
+pub use position::{Positions, RopeLayout};

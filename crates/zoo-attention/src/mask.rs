@@ -7,23 +7,96 @@
 //! A query row whose keys are all masked has no distribution to take; every path in this
 //! crate returns zeros for such a row instead of NaN.
 
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+use crate::error::{AttentionError, Result};
+
+/// Which keys a query may see, by position: the one definition that every kernel and
+/// mask builder of this crate uses (causal, sliding window, global tokens). Padding and
+/// other data-dependent masks come on top, through [`Mask`].
+///
+/// Query `i` sees key `j` (absolute positions) when
+/// - causal: `j <= i`, and then
+/// - with a window `w`: `|i - j| < w`, or `i` or `j` is a global token (Longformer);
+/// - without a window: always.
+///
+/// Causality binds global tokens too: a global query never sees a future key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Visibility {
+    /// Queries never see later keys.
+    pub causal: bool,
+    /// Keys closer than this many positions are visible (itself included).
+    pub window: Option<usize>,
+    /// Positions that see, and are seen by, every position the window would hide.
+    pub global: Vec<usize>,
+}
+
+impl Visibility {
+    /// Every key is visible.
+    pub fn full() -> Self {
+        Self::default()
+    }
+
+    /// Causal visibility.
+    pub fn causal() -> Self {
+        Self {
+            causal: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether query position `i` may see key position `j`.
+    pub fn sees(&self, i: usize, j: usize) -> bool {
+        if self.causal && j > i {
+            return false;
+        }
+        match self.window {
+            Some(w) => i.abs_diff(j) < w || self.global.contains(&i) || self.global.contains(&j),
+            None => true,
+        }
+    }
+
+    /// Whether the rule masks anything at all.
+    pub fn is_full(&self) -> bool {
+        !self.causal && self.window.is_none()
+    }
+
+    /// The boolean mask `[Tq, Tk]` (`true` = masked) for queries at absolute positions
+    /// `q0..q0 + tq` and keys at `k0..k0 + tk`, built on the host.
+    pub fn mask(
+        &self,
+        q0: usize,
+        tq: usize,
+        k0: usize,
+        tk: usize,
+        device: &Device,
+    ) -> Tensor<2, Bool> {
+        let values: Vec<bool> = (q0..q0 + tq)
+            .flat_map(|i| (k0..k0 + tk).map(move |j| (i, j)))
+            .map(|(i, j)| !self.sees(i, j))
+            .collect();
+        Tensor::from_data(TensorData::new(values, [tq, tk]), device)
+    }
+}
 
 /// The masks and biases to apply to one attention call.
 ///
 /// Built with [`Mask::none`] and the `with_*` / constructor helpers; combined masks are
-/// the union of their masked positions and the sum of their biases.
+/// the union of their masked positions and the sum of their biases. The positional part
+/// (causal, window, global tokens) follows [`Visibility`], with the first query at
+/// absolute position `query_offset` and the first key at `key_offset`.
 #[derive(Debug, Clone, Default)]
 pub struct Mask {
     /// `[B|1, H|1, Tq, Tk]`, `true` = masked.
     pub masked: Option<Tensor<4, Bool>>,
     /// `[B|1, H|1, Tq, Tk]`, added to the scores.
     pub bias: Option<Tensor<4>>,
-    /// Causal masking, applied on top of `masked`. Query `i` sits at absolute position
-    /// `causal_offset + i` and sees keys `0..=causal_offset + i`.
-    pub causal: bool,
-    /// Absolute position of the first query, for causal masking over a KV cache.
-    pub causal_offset: usize,
+    /// Which keys each query may see by position.
+    pub rule: Visibility,
+    /// Absolute position of the first query (decoding over a KV cache).
+    pub query_offset: usize,
+    /// Absolute position of the first key (a sliding cache that dropped old keys).
+    pub key_offset: usize,
 }
 
 impl Mask {
@@ -34,23 +107,35 @@ impl Mask {
 
     /// Causal masking where query `i` and key `i` are the same position.
     pub fn causal() -> Self {
-        Self {
-            causal: true,
-            ..Self::default()
-        }
+        Self::none().with_causal()
     }
 
     /// Adds causal masking with the first query at absolute position `offset` (decoding
     /// with a cache, where the keys cover positions `0..offset + Tq`).
     pub fn with_causal_offset(mut self, offset: usize) -> Self {
-        self.causal = true;
-        self.causal_offset = offset;
+        self.rule.causal = true;
+        self.query_offset = offset;
         self
     }
 
     /// Adds causal masking.
     pub fn with_causal(mut self) -> Self {
-        self.causal = true;
+        self.rule.causal = true;
+        self
+    }
+
+    /// Limits each query to keys closer than `window` positions, except global tokens.
+    pub fn with_window(mut self, window: usize, global: &[usize]) -> Self {
+        self.rule.window = Some(window);
+        self.rule.global = global.to_vec();
+        self
+    }
+
+    /// Places the queries at `query_offset..` and the keys at `key_offset..` (absolute
+    /// positions, for the positional rule).
+    pub fn with_offsets(mut self, query_offset: usize, key_offset: usize) -> Self {
+        self.query_offset = query_offset;
+        self.key_offset = key_offset;
         self
     }
 
@@ -82,19 +167,72 @@ impl Mask {
         self
     }
 
-    /// Whether nothing is masked or biased.
-    pub fn is_empty(&self) -> bool {
-        self.masked.is_none() && self.bias.is_none() && !self.causal
+    /// Whether the mask is causal.
+    pub fn is_causal(&self) -> bool {
+        self.rule.causal
     }
 
-    /// The full boolean mask `[B, H, Tq, Tk]` (causal part included), or `None` when
+    /// Whether nothing is masked or biased.
+    pub fn is_empty(&self) -> bool {
+        self.masked.is_none() && self.bias.is_none() && self.rule.is_full()
+    }
+
+    /// Checks that the boolean mask and the bias broadcast to the score shape
+    /// `[B, H, Tq, Tk]`, before any kernel sees them.
+    ///
+    /// # Errors
+    /// [`AttentionError::Shape`] naming the part and its shape.
+    pub fn check(&self, shape: [usize; 4]) -> Result<()> {
+        let fits = |dims: [usize; 4]| dims.iter().zip(shape).all(|(&d, s)| d == s || d == 1);
+        let expected = || format!("broadcastable to {shape:?}");
+        if let Some(m) = &self.masked
+            && !fits(m.dims())
+        {
+            return Err(AttentionError::Shape {
+                what: "attention mask",
+                expected: expected(),
+                got: m.dims().to_vec(),
+            });
+        }
+        if let Some(b) = &self.bias
+            && !fits(b.dims())
+        {
+            return Err(AttentionError::Shape {
+                what: "attention bias",
+                expected: expected(),
+                got: b.dims().to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The positional part alone for a tile of queries `q0..q0 + tq` and keys
+    /// `k0..k0 + tk` (indices into this call's queries and keys), `[1, 1, tq, tk]`, or
+    /// `None` when the rule masks nothing.
+    pub fn rule_tile(
+        &self,
+        q0: usize,
+        tq: usize,
+        k0: usize,
+        tk: usize,
+        device: &Device,
+    ) -> Option<Tensor<4, Bool>> {
+        if self.rule.is_full() {
+            return None;
+        }
+        Some(
+            self.rule
+                .mask(self.query_offset + q0, tq, self.key_offset + k0, tk, device)
+                .reshape([1, 1, tq, tk]),
+        )
+    }
+
+    /// The full boolean mask `[B, H, Tq, Tk]` (positional part included), or `None` when
     /// nothing is masked.
     pub fn materialize(&self, shape: [usize; 4], device: &Device) -> Option<Tensor<4, Bool>> {
         let [b, h, tq, tk] = shape;
-        let causal = self
-            .causal
-            .then(|| causal_mask(tq, tk, self.causal_offset, device).reshape([1, 1, tq, tk]));
-        let mask = match (self.masked.clone(), causal) {
+        let rule = self.rule_tile(0, tq, 0, tk, device);
+        let mask = match (self.masked.clone(), rule) {
             (Some(m), Some(c)) => Some(union(m, c)),
             (m, c) => m.or(c),
         }?;
@@ -110,10 +248,7 @@ impl Mask {
 /// The causal mask `[Tq, Tk]`: query `i` (absolute position `offset + i`) may not see keys
 /// after it. `true` = masked.
 pub fn causal_mask(tq: usize, tk: usize, offset: usize, device: &Device) -> Tensor<2, Bool> {
-    // key j is masked for query i when j > offset + i
-    let q = Tensor::<1, Int>::arange(offset as i64..(offset + tq) as i64, device).reshape([tq, 1]);
-    let k = Tensor::<1, Int>::arange(0..tk as i64, device).reshape([1, tk]);
-    k.expand([tq, tk]).greater(q.expand([tq, tk]))
+    Visibility::causal().mask(offset, tq, 0, tk, device)
 }
 
 /// A key padding mask `[B, T]` from sequence lengths: position `t` of row `b` is masked when
@@ -167,6 +302,45 @@ mod tests {
 
     fn bools(t: Tensor<2, Bool>) -> Vec<bool> {
         zoo_device::testing::bools(t)
+    }
+
+    #[test]
+    fn global_tokens_do_not_see_the_future() {
+        // Causal, window 4, global [5]: query 0 must not see key 5, and the global query
+        // 5 sees every earlier key but no later one.
+        let rule = Visibility {
+            causal: true,
+            window: Some(4),
+            global: vec![5],
+        };
+        assert!(!rule.sees(0, 5));
+        assert!((0..=5).all(|j| rule.sees(5, j)));
+        assert!(!rule.sees(5, 6));
+        assert!(rule.sees(9, 5), "later queries see the global key");
+        assert!(!rule.sees(9, 4), "outside the window");
+        assert!(rule.sees(9, 6) && !rule.sees(9, 10));
+        let bidirectional = Visibility {
+            causal: false,
+            ..rule
+        };
+        assert!(bidirectional.sees(0, 5) && bidirectional.sees(5, 9) && !bidirectional.sees(0, 4));
+    }
+
+    #[test]
+    fn mask_shapes_are_checked() {
+        let d = test_device();
+        let pad = padding_mask_from_lengths(&[2, 3], 3, &d);
+        let ok = Mask::causal().with_key_padding(pad.clone());
+        assert!(ok.check([2, 4, 3, 3]).is_ok());
+        assert_eq!(
+            ok.check([2, 4, 3, 5]).unwrap_err().to_string(),
+            "attention mask: expected shape broadcastable to [2, 4, 3, 5], got [2, 1, 1, 3]"
+        );
+        let bias = Mask::none().with_bias(Tensor::<4>::zeros([1, 3, 3, 3], &d));
+        assert_eq!(
+            bias.check([2, 4, 3, 3]).unwrap_err().to_string(),
+            "attention bias: expected shape broadcastable to [2, 4, 3, 3], got [1, 3, 3, 3]"
+        );
     }
 
     #[test]

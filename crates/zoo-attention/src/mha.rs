@@ -1,17 +1,24 @@
 //! Multi-head attention: self and cross, MHA / GQA / MQA, separate or fused QKV, RoPE,
-//! sliding windows, a KV cache, and optional per-head weights.
+//! ALiBi or T5 position biases, sliding windows with global tokens, a self-attention KV
+//! cache and a cross-attention cache, a free head size and score scale (T5), and optional
+//! per-head weights.
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::KvCache;
+use crate::cache::{CrossKvCache, KvCache};
 use crate::error::{AttentionError, Result, check_shape};
 use crate::mask::Mask;
-use crate::position::{RopeLayout, RotaryEncoding, RotaryEncodingConfig};
-use crate::sdpa::{attention_chunked, attention_fused, attention_reference, repeat_kv};
+use crate::position::{
+    Positions, RelativePositionBias, RelativePositionBiasConfig, RopeLayout, RotaryEncoding,
+    RotaryEncodingConfig, alibi_slopes,
+};
+use crate::sdpa::{
+    attention_chunked, attention_fused, attention_linear, attention_reference, repeat_kv,
+};
 
 /// Which kernel computes attention when no weights are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,8 +32,32 @@ pub enum AttentionKernel {
         /// Keys per block.
         block_k: usize,
     },
+    /// Linear attention (Katharopoulos et al., 2020), an approximation of softmax
+    /// attention; takes a causal flag and key padding only, and no cache.
+    Linear {
+        /// Positions per chunk of the causal scan.
+        chunk: usize,
+    },
     /// The readable reference path, always.
     Reference,
+}
+
+/// A bias on the scores that encodes relative positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PositionBias {
+    /// No bias.
+    None,
+    /// ALiBi (Press et al., 2022): `-slope_h · |i - j|`, fixed slopes per head.
+    Alibi,
+    /// T5's learned bucketed relative bias (Raffel et al., 2020).
+    T5 {
+        /// Buckets (T5: 32).
+        num_buckets: usize,
+        /// Distance where the last bucket starts (T5: 128).
+        max_distance: usize,
+        /// Both directions (encoder) or the past only (decoder).
+        bidirectional: bool,
+    },
 }
 
 /// Configuration of [`MultiHeadAttention`].
@@ -40,6 +71,14 @@ pub struct MultiHeadAttentionConfig {
     /// Default: `n_heads`.
     #[config(default = "None")]
     pub n_kv_heads: Option<usize>,
+    /// Size of one head. Default: `d_model / n_heads`; T5 sets its own (`d_kv`), so the
+    /// projections are `d_model -> n_heads · head_dim` and back.
+    #[config(default = "None")]
+    pub head_dim: Option<usize>,
+    /// Factor on the scores `Q Kᵀ`. Default: `1 / sqrt(head_dim)` (Vaswani et al.); T5
+    /// uses 1 (its initialisation absorbs the scale).
+    #[config(default = "None")]
+    pub scale: Option<f64>,
     /// Width of the keys' and values' source in cross-attention (an encoder's output).
     /// Default: `d_model`.
     #[config(default = "None")]
@@ -66,9 +105,17 @@ pub struct MultiHeadAttentionConfig {
     /// RoPE feature pairing. Default: half-split, as HF Llama.
     #[config(default = "RopeLayout::HalfSplit")]
     pub rope_layout: RopeLayout,
-    /// Self-attention sees only the last `window` positions (itself included). Default: none.
+    /// A relative-position bias on the scores (self-attention). Default: none.
+    #[config(default = "PositionBias::None")]
+    pub position_bias: PositionBias,
+    /// Self-attention sees only keys closer than `window` positions (itself included),
+    /// as Mistral and Longformer. Default: none.
     #[config(default = "None")]
     pub window: Option<usize>,
+    /// With a window: positions that see and are seen by every position (Longformer's
+    /// global tokens, e.g. a CLS token). Causality still applies. Default: none.
+    #[config(default = "Vec::new()")]
+    pub global_tokens: Vec<usize>,
     /// Kernel used when no weights are asked for. Default: fused.
     #[config(default = "AttentionKernel::Fused")]
     pub kernel: AttentionKernel,
@@ -85,14 +132,17 @@ impl MultiHeadAttentionConfig {
 
     /// Size of one head.
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads.max(1)
+        self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
     }
 
     /// Checks the configuration.
     ///
     /// # Errors
-    /// Zero sizes, `d_model % n_heads != 0`, `n_heads % n_kv_heads != 0`, an odd head size
-    /// with RoPE, a zero window, a dropout outside `[0, 1)`, or fused QKV with a context.
+    /// Zero sizes, `d_model % n_heads != 0` without an explicit head size,
+    /// `n_heads % n_kv_heads != 0`, an odd head size with RoPE, a zero window, global
+    /// tokens without a window, a dropout outside `[0, 1)`, a scale that is not positive
+    /// and finite, bad T5 bucket settings, fused QKV with a context, or a linear kernel
+    /// with a window or a bias.
     pub fn validate(&self) -> Result<()> {
         if self.d_model == 0 {
             return Err(AttentionError::Zero { name: "d_model" });
@@ -100,11 +150,16 @@ impl MultiHeadAttentionConfig {
         if self.n_heads == 0 {
             return Err(AttentionError::Zero { name: "n_heads" });
         }
-        if !self.d_model.is_multiple_of(self.n_heads) {
-            return Err(AttentionError::HeadsDoNotDivideModel {
-                d_model: self.d_model,
-                n_heads: self.n_heads,
-            });
+        match self.head_dim {
+            Some(0) => return Err(AttentionError::Zero { name: "head_dim" }),
+            Some(_) => {}
+            None if !self.d_model.is_multiple_of(self.n_heads) => {
+                return Err(AttentionError::HeadsDoNotDivideModel {
+                    d_model: self.d_model,
+                    n_heads: self.n_heads,
+                });
+            }
+            None => {}
         }
         let kv = self.kv_heads();
         if kv == 0 {
@@ -129,6 +184,20 @@ impl MultiHeadAttentionConfig {
         if self.window == Some(0) {
             return Err(AttentionError::Zero { name: "window" });
         }
+        if self.window.is_none() && !self.global_tokens.is_empty() {
+            return Err(AttentionError::Unsupported(
+                "global_tokens only mean something with a window".into(),
+            ));
+        }
+        if let Some(scale) = self.scale
+            && !(scale.is_finite() && scale > 0.0)
+        {
+            return Err(AttentionError::OutOfRange {
+                name: "scale",
+                bound: "finite and > 0",
+                value: scale.to_string(),
+            });
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(AttentionError::BadProbability {
                 name: "dropout",
@@ -140,12 +209,33 @@ impl MultiHeadAttentionConfig {
                 "fused_qkv projects one input and cannot take a separate d_context".into(),
             ));
         }
-        if let AttentionKernel::Chunked { block_q, block_k } = self.kernel
-            && (block_q == 0 || block_k == 0)
+        if let PositionBias::T5 {
+            num_buckets,
+            max_distance,
+            bidirectional,
+        } = self.position_bias
         {
-            return Err(AttentionError::Zero {
-                name: "kernel block size",
-            });
+            crate::position::check_bucket_settings(num_buckets, max_distance, bidirectional)?;
+        }
+        match self.kernel {
+            AttentionKernel::Chunked { block_q, block_k } if block_q == 0 || block_k == 0 => {
+                return Err(AttentionError::Zero {
+                    name: "kernel block size",
+                });
+            }
+            AttentionKernel::Linear { chunk: 0 } => {
+                return Err(AttentionError::Zero {
+                    name: "linear kernel chunk",
+                });
+            }
+            AttentionKernel::Linear { .. }
+                if self.window.is_some() || self.position_bias != PositionBias::None =>
+            {
+                return Err(AttentionError::Unsupported(
+                    "the linear kernel takes no window and no position bias".into(),
+                ));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -190,6 +280,20 @@ impl MultiHeadAttentionConfig {
             ),
             None => None,
         };
+        let relative_bias = match self.position_bias {
+            PositionBias::T5 {
+                num_buckets,
+                max_distance,
+                bidirectional,
+            } => Some(
+                RelativePositionBiasConfig::new(self.n_heads)
+                    .with_num_buckets(num_buckets)
+                    .with_max_distance(max_distance)
+                    .with_bidirectional(bidirectional)
+                    .init(device)?,
+            ),
+            _ => None,
+        };
         Ok(MultiHeadAttention {
             q_proj,
             k_proj,
@@ -198,10 +302,14 @@ impl MultiHeadAttentionConfig {
             o_proj: linear(self.n_heads * hd, self.d_model, self.out_bias),
             dropout: DropoutConfig::new(self.dropout).init(),
             rope,
+            relative_bias,
             n_heads: self.n_heads,
             n_kv_heads: kv,
             head_dim: hd,
             window: self.window,
+            global_tokens: self.global_tokens.clone(),
+            scale: self.scale,
+            alibi: self.position_bias == PositionBias::Alibi,
             kernel: self.kernel,
         })
     }
@@ -228,10 +336,17 @@ pub struct MultiHeadAttention {
     pub dropout: Dropout,
     /// Rotary tables, when RoPE is on.
     pub rope: Option<RotaryEncoding>,
+    /// T5's relative bias table, when configured.
+    pub relative_bias: Option<RelativePositionBias>,
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
     window: Option<usize>,
+    #[module(skip)]
+    global_tokens: Vec<usize>,
+    #[module(skip)]
+    scale: Option<f64>,
+    alibi: bool,
     #[module(skip)]
     kernel: AttentionKernel,
 }
@@ -242,9 +357,10 @@ pub struct AttentionInput {
     x: Tensor<3>,
     context: Option<Tensor<3>>,
     mask: Mask,
+    key_padding: Option<Tensor<2, Bool>>,
     need_weights: bool,
     position: usize,
-    positions: Option<Tensor<2, Int>>,
+    positions: Option<Positions>,
 }
 
 impl AttentionInput {
@@ -254,6 +370,7 @@ impl AttentionInput {
             x,
             context: None,
             mask: Mask::none(),
+            key_padding: None,
             need_weights: false,
             position: 0,
             positions: None,
@@ -276,7 +393,10 @@ impl AttentionInput {
 
     /// Masks padding keys: `pad` is `[B, Tk]`, `true` at padding.
     pub fn key_padding(mut self, pad: Tensor<2, Bool>) -> Self {
-        self.mask = self.mask.with_key_padding(pad);
+        self.key_padding = Some(match self.key_padding.take() {
+            Some(old) => old.bool_or(pad),
+            None => pad,
+        });
         self
     }
 
@@ -288,8 +408,11 @@ impl AttentionInput {
         if let Some(b) = mask.bias {
             self.mask = self.mask.with_bias(b);
         }
-        if mask.causal {
-            self.mask = self.mask.with_causal_offset(mask.causal_offset);
+        if mask.rule.causal {
+            self.mask = self.mask.with_causal_offset(mask.query_offset);
+        }
+        if let Some(w) = mask.rule.window {
+            self.mask = self.mask.with_window(w, &mask.rule.global);
         }
         self
     }
@@ -308,7 +431,7 @@ impl AttentionInput {
 
     /// A RoPE position for every row and query, `[B, Tq]` (left-padded batches). Takes
     /// precedence over [`Self::at_position`] and over the cache's count.
-    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
+    pub fn with_positions(mut self, positions: Positions) -> Self {
         self.positions = Some(positions);
         self
     }
@@ -349,20 +472,21 @@ impl MultiHeadAttention {
         self.o_proj.weight.dims()[1]
     }
 
+    fn d_context(&self) -> Option<usize> {
+        self.k_proj.as_ref().map(|k| k.weight.dims()[0])
+    }
+
     /// `[B, T, H Dh]` -> `[B, H, T, Dh]`
     fn split_heads(x: Tensor<3>, heads: usize, hd: usize) -> Tensor<4> {
         let [b, t, _] = x.dims();
         x.reshape([b, t, heads, hd]).swap_dims(1, 2)
     }
 
-    fn project(
-        &self,
-        x: Tensor<3>,
-        context: Option<Tensor<3>>,
-    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+    /// Projects queries from `x` and keys and values from `context` (or `x`).
+    fn project(&self, x: Tensor<3>, context: Option<Tensor<3>>) -> Result<[Tensor<4>; 3]> {
         let (h, kv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let (q, k, v) = match (&self.qkv_proj, context) {
-            (Some(qkv), _) => {
+        let (q, k, v) = match (&self.qkv_proj, &self.q_proj, &self.k_proj, &self.v_proj) {
+            (Some(qkv), ..) if context.is_none() => {
                 let [b, t, _] = x.dims();
                 let all = qkv.forward(x); // [B, T, (H + 2 Hkv) Dh]
                 let q = all.clone().slice([0..b, 0..t, 0..h * hd]);
@@ -370,53 +494,92 @@ impl MultiHeadAttention {
                 let v = all.slice([0..b, 0..t, (h + kv) * hd..(h + 2 * kv) * hd]);
                 (q, k, v)
             }
-            (None, ctx) => {
-                let src = ctx.unwrap_or_else(|| x.clone());
-                let q = self
-                    .q_proj
-                    .as_ref()
-                    .expect("separate projections")
-                    .forward(x);
-                let k = self
-                    .k_proj
-                    .as_ref()
-                    .expect("separate projections")
-                    .forward(src.clone());
-                let v = self
-                    .v_proj
-                    .as_ref()
-                    .expect("separate projections")
-                    .forward(src);
-                (q, k, v)
+            (None, Some(qp), Some(kp), Some(vp)) => {
+                let src = context.unwrap_or_else(|| x.clone());
+                (qp.forward(x), kp.forward(src.clone()), vp.forward(src))
+            }
+            _ => {
+                return Err(AttentionError::Unsupported(
+                    "this layer has neither a fused QKV projection (self-attention only) \
+                     nor all three of q_proj, k_proj and v_proj"
+                        .into(),
+                ));
             }
         };
-        (
+        Ok([
             Self::split_heads(q, h, hd),
             Self::split_heads(k, kv, hd),
             Self::split_heads(v, kv, hd),
-        )
+        ])
     }
 
     fn check_input(&self, input: &AttentionInput) -> Result<()> {
+        let [b, t, _] = input.x.dims();
         check_shape(
             "attention input",
             &input.x.dims(),
             &[None, None, Some(self.d_model())],
         )?;
+        let mut tk = t;
         if let Some(ctx) = &input.context {
             if self.qkv_proj.is_some() {
                 return Err(AttentionError::Unsupported(
                     "a fused-QKV layer cannot do cross-attention".into(),
                 ));
             }
-            let d_ctx = self.k_proj.as_ref().map(|k| k.weight.dims()[0]);
             check_shape(
                 "attention context",
                 &ctx.dims(),
-                &[Some(input.x.dims()[0]), None, d_ctx],
+                &[Some(b), None, self.d_context()],
             )?;
+            tk = ctx.dims()[1];
+        }
+        if let Some(p) = &input.positions {
+            check_shape("rope positions", &p.dims(), &[Some(b), Some(t)])?;
+        }
+        if input.context.is_some() || self.kernel_is_linear() {
+            // Key padding spans exactly the keys of this call (no cache).
+            if let Some(pad) = &input.key_padding {
+                check_shape("key padding", &pad.dims(), &[Some(b), Some(tk)])?;
+            }
         }
         Ok(())
+    }
+
+    fn kernel_is_linear(&self) -> bool {
+        matches!(self.kernel, AttentionKernel::Linear { .. })
+    }
+
+    /// The relative-position bias for queries at absolute positions `q0..q0 + tq` and keys
+    /// at `k0..k0 + tk`, `[1, H, Tq, Tk]`, if the layer has one. T5 computes it in its
+    /// first layer and passes it to the others through [`Mask::with_bias`].
+    pub fn position_bias(
+        &self,
+        q0: usize,
+        tq: usize,
+        k0: usize,
+        tk: usize,
+        device: &Device,
+    ) -> Option<Tensor<4>> {
+        if let Some(rel) = &self.relative_bias {
+            return Some(rel.forward_offsets(q0, tq, k0, tk, device));
+        }
+        if !self.alibi {
+            return None;
+        }
+        let slopes = alibi_slopes(self.n_heads);
+        let mut values = Vec::with_capacity(self.n_heads * tq * tk);
+        for s in &slopes {
+            for i in q0..q0 + tq {
+                for j in k0..k0 + tk {
+                    values.push((-s * i.abs_diff(j) as f64) as f32);
+                }
+            }
+        }
+        Some(Tensor::from_data(
+            TensorData::new(values, [1, self.n_heads, tq, tk]),
+            device,
+        ))
     }
 
     fn attend(
@@ -426,7 +589,7 @@ impl MultiHeadAttention {
         v: Tensor<4>,
         mask: &Mask,
         need_weights: bool,
-    ) -> (Tensor<4>, Option<Tensor<4>>) {
+    ) -> Result<(Tensor<4>, Option<Tensor<4>>)> {
         let n_rep = self.n_heads / self.n_kv_heads;
         let k = repeat_kv(k, n_rep);
         let v = repeat_kv(v, n_rep);
@@ -434,16 +597,16 @@ impl MultiHeadAttention {
             && self.dropout.training.is_enabled()
             && q.device().is_autodiff();
         if need_weights || dropout_on || self.kernel == AttentionKernel::Reference {
-            let (out, w) = attention_reference(q, k, v, mask, None, Some(&self.dropout));
-            return (out, need_weights.then_some(w));
+            let (out, w) = attention_reference(q, k, v, mask, self.scale, Some(&self.dropout))?;
+            return Ok((out, need_weights.then_some(w)));
         }
-        match self.kernel {
+        Ok(match self.kernel {
             AttentionKernel::Chunked { block_q, block_k } => (
-                attention_chunked(q, k, v, mask, None, block_q, block_k),
+                attention_chunked(q, k, v, mask, self.scale, block_q, block_k)?,
                 None,
             ),
-            _ => (attention_fused(q, k, v, mask, None), None),
-        }
+            _ => (attention_fused(q, k, v, mask, self.scale)?, None),
+        })
     }
 
     fn finish(&self, out: Tensor<4>, weights: Option<Tensor<4>>) -> AttentionOutput {
@@ -456,6 +619,38 @@ impl MultiHeadAttention {
         }
     }
 
+    /// The linear kernel: causal or not, with key padding, nothing else.
+    fn forward_linear(&self, input: AttentionInput, chunk: usize) -> Result<AttentionOutput> {
+        if input.need_weights {
+            return Err(AttentionError::Unsupported(
+                "linear attention has no attention weights to return".into(),
+            ));
+        }
+        let mask = &input.mask;
+        if mask.masked.is_some() || mask.bias.is_some() || mask.rule.window.is_some() {
+            return Err(AttentionError::Unsupported(
+                "the linear kernel takes only a causal flag and key padding".into(),
+            ));
+        }
+        let causal = mask.is_causal();
+        let is_self = input.context.is_none();
+        let [q, k, v] = self.project(input.x, input.context)?;
+        let (q, k) = match (&self.rope, is_self) {
+            (Some(rope), true) => rotate_qk(rope, q, k, input.positions.as_ref(), input.position)?,
+            _ => (q, k),
+        };
+        let n_rep = self.n_heads / self.n_kv_heads;
+        let out = attention_linear(
+            q,
+            repeat_kv(k, n_rep),
+            repeat_kv(v, n_rep),
+            causal,
+            input.key_padding,
+            chunk,
+        )?;
+        Ok(self.finish(out, None))
+    }
+
     /// Attention over a whole sequence, without a cache.
     ///
     /// # Shapes
@@ -463,22 +658,35 @@ impl MultiHeadAttention {
     /// - output `context`: `[B, Tq, d_model]`; `weights`: `[B, H, Tq, Tk]`
     ///
     /// # Errors
-    /// Wrong input widths or batch sizes, or positions past the RoPE table.
+    /// Wrong input widths, batch sizes or mask shapes, or positions past the RoPE table.
     pub fn forward(&self, input: AttentionInput) -> Result<AttentionOutput> {
         self.check_input(&input)?;
+        if let AttentionKernel::Linear { chunk } = self.kernel {
+            return self.forward_linear(input, chunk);
+        }
         let is_self = input.context.is_none();
         let t = input.x.dims()[1];
         let device = input.x.device();
-        let (q, k, v) = self.project(input.x, input.context);
+        let [q, k, v] = self.project(input.x, input.context)?;
+        let tk = k.dims()[2];
         let (q, k) = match (&self.rope, is_self) {
-            (Some(rope), true) => rotate_qk(rope, q, k, input.positions, input.position)?,
+            (Some(rope), true) => rotate_qk(rope, q, k, input.positions.as_ref(), input.position)?,
             _ => (q, k),
         };
         let mut mask = input.mask;
-        if let (Some(w), true) = (self.window, is_self) {
-            mask = mask.with_bool(window_mask(0, t, 0, t, w, &device));
+        if let Some(pad) = input.key_padding {
+            mask = mask.with_key_padding(pad);
         }
-        let (out, weights) = self.attend(q, k, v, &mask, input.need_weights);
+        if is_self {
+            if let Some(w) = self.window {
+                mask = mask.with_window(w, &self.global_tokens);
+            }
+            let p0 = input.position;
+            if let Some(bias) = self.position_bias(p0, t, p0, tk, &device) {
+                mask = mask.with_bias(bias);
+            }
+        }
+        let (out, weights) = self.attend(q, k, v, &mask, input.need_weights)?;
         Ok(self.finish(out, weights))
     }
 
@@ -494,7 +702,7 @@ impl MultiHeadAttention {
     /// - input `x`: `[B, T, d_model]` -> output `context`: `[B, T, d_model]`
     ///
     /// # Errors
-    /// A cross-attention input, a full cache, or a wrong input width.
+    /// A cross-attention input, a full cache, a linear kernel, or a wrong input width.
     pub fn forward_cached(
         &self,
         input: AttentionInput,
@@ -503,11 +711,26 @@ impl MultiHeadAttention {
         self.check_input(&input)?;
         if input.context.is_some() {
             return Err(AttentionError::Unsupported(
-                "the KV cache is for self-attention; compute cross-attention keys once".into(),
+                "the KV cache is for self-attention; use cross_kv and forward_cross_cached \
+                 for cross-attention"
+                    .into(),
             ));
         }
-        let t = input.x.dims()[1];
-        cache.check_room(t)?;
+        if self.kernel_is_linear() {
+            return Err(AttentionError::Unsupported(
+                "the linear kernel has no KV cache".into(),
+            ));
+        }
+        let [b, t, _] = input.x.dims();
+        let kv_dims = [b, self.n_kv_heads, t, self.head_dim];
+        cache.check_append(kv_dims, kv_dims)?;
+        if let Some(pad) = &input.key_padding {
+            check_shape(
+                "key padding",
+                &pad.dims(),
+                &[Some(b), Some(cache.len() + t)],
+            )?;
+        }
         if let (Some(rope), None) = (&self.rope, &input.positions)
             && cache.seen() + t > rope.max_len()
         {
@@ -520,26 +743,110 @@ impl MultiHeadAttention {
         let device = input.x.device();
         let offset = cache.seen();
         let first = cache.first_position();
-        let (q, k, v) = self.project(input.x, None);
+        let [q, k, v] = self.project(input.x, None)?;
         let (q, k) = match &self.rope {
-            Some(rope) => rotate_qk(rope, q, k, input.positions, offset)?,
+            Some(rope) => rotate_qk(rope, q, k, input.positions.as_ref(), offset)?,
             None => (q, k),
         };
         let (k, v) = cache.append(k, v)?;
         let tk = k.dims()[2];
-        // Extra masks from the caller (padding); causal and window masks come from positions.
-        let user = Mask {
-            causal: false,
-            causal_offset: 0,
-            ..input.mask
+        // The caller's extra masks (padding); the positional rule comes from positions.
+        let mut mask = Mask {
+            masked: input.mask.masked,
+            bias: input.mask.bias,
+            ..Mask::none()
         };
-        let window = self.window.or(cache.window());
-        let mask = match window {
-            Some(w) => user.with_bool(window_mask(offset, t, first, tk, w, &device)),
-            None if t > 1 => user.with_causal_offset(offset),
-            None => user, // one new query may see every cached key
+        if let Some(pad) = input.key_padding {
+            mask = mask.with_key_padding(pad);
+        }
+        // Keys of a sliding cache start at `first`, after the positions it dropped.
+        mask = mask.with_causal().with_offsets(offset, first);
+        if let Some(w) = self.window.or(cache.window()) {
+            mask = mask.with_window(w, &self.global_tokens);
+        }
+        if let Some(bias) = self.position_bias(offset, t, first, tk, &device) {
+            mask = mask.with_bias(bias);
+        }
+        let (out, weights) = self.attend(q, k, v, &mask, input.need_weights)?;
+        Ok(self.finish(out, weights))
+    }
+
+    /// Projects the encoder's output once into the keys and values every decoding step
+    /// of cross-attention reads.
+    ///
+    /// # Shapes
+    /// - `context`: `[B, S, d_context]`
+    ///
+    /// # Errors
+    /// A fused-QKV layer, or a context of the wrong width.
+    pub fn cross_kv(&self, context: Tensor<3>) -> Result<CrossKvCache> {
+        if self.qkv_proj.is_some() {
+            return Err(AttentionError::Unsupported(
+                "a fused-QKV layer cannot do cross-attention".into(),
+            ));
+        }
+        check_shape(
+            "attention context",
+            &context.dims(),
+            &[None, None, self.d_context()],
+        )?;
+        let (Some(kp), Some(vp)) = (&self.k_proj, &self.v_proj) else {
+            return Err(AttentionError::Unsupported(
+                "cross-attention needs k_proj and v_proj".into(),
+            ));
         };
-        let (out, weights) = self.attend(q, k, v, &mask, input.need_weights);
+        let (kv, hd) = (self.n_kv_heads, self.head_dim);
+        Ok(CrossKvCache {
+            k: Self::split_heads(kp.forward(context.clone()), kv, hd),
+            v: Self::split_heads(vp.forward(context), kv, hd),
+        })
+    }
+
+    /// Cross-attention from new decoder positions `x` to keys and values projected once
+    /// by [`Self::cross_kv`]; equals [`Self::forward`] with the same context.
+    ///
+    /// # Shapes
+    /// - input `x`: `[B, Tq, d_model]`, the cache `[B, Hkv, S, Dh]` -> `[B, Tq, d_model]`
+    ///
+    /// # Errors
+    /// A batch size or width that does not match, or a mask that does not fit `S` keys.
+    pub fn forward_cross_cached(
+        &self,
+        input: AttentionInput,
+        cache: &CrossKvCache,
+    ) -> Result<AttentionOutput> {
+        let [b, _, _] = input.x.dims();
+        check_shape(
+            "attention input",
+            &input.x.dims(),
+            &[Some(cache.batch()), None, Some(self.d_model())],
+        )?;
+        if input.context.is_some() {
+            return Err(AttentionError::Unsupported(
+                "the cross-attention cache replaces the context; do not pass one".into(),
+            ));
+        }
+        let s = cache.len();
+        let mut mask = input.mask;
+        if let Some(pad) = input.key_padding {
+            check_shape("key padding", &pad.dims(), &[Some(b), Some(s)])?;
+            mask = mask.with_key_padding(pad);
+        }
+        let q = match (&self.q_proj, &self.qkv_proj) {
+            (Some(qp), None) => Self::split_heads(qp.forward(input.x), self.n_heads, self.head_dim),
+            _ => {
+                return Err(AttentionError::Unsupported(
+                    "a fused-QKV layer cannot do cross-attention".into(),
+                ));
+            }
+        };
+        let (out, weights) = self.attend(
+            q,
+            cache.k.clone(),
+            cache.v.clone(),
+            &mask,
+            input.need_weights,
+        )?;
         Ok(self.finish(out, weights))
     }
 }
@@ -548,35 +855,13 @@ fn rotate_qk(
     rope: &RotaryEncoding,
     q: Tensor<4>,
     k: Tensor<4>,
-    positions: Option<Tensor<2, Int>>,
+    positions: Option<&Positions>,
     offset: usize,
 ) -> Result<(Tensor<4>, Tensor<4>)> {
     Ok(match positions {
-        Some(p) => (rope.forward_at(q, p.clone())?, rope.forward_at(k, p)?),
+        Some(p) => (rope.forward_at(q, p)?, rope.forward_at(k, p)?),
         None => (rope.forward(q, offset)?, rope.forward(k, offset)?),
     })
-}
-
-/// Causal sliding-window mask `[1, 1, Tq, Tk]` (`true` = masked) for queries at absolute
-/// positions `q0..q0 + tq` and keys at `k0..k0 + tk`: key `j` is visible to query `i` when
-/// `i - window < j <= i`.
-fn window_mask(
-    q0: usize,
-    tq: usize,
-    k0: usize,
-    tk: usize,
-    window: usize,
-    device: &Device,
-) -> Tensor<4, Bool> {
-    let q = Tensor::<1, Int>::arange(q0 as i64..(q0 + tq) as i64, device)
-        .reshape([tq, 1])
-        .expand([tq, tk]);
-    let k = Tensor::<1, Int>::arange(k0 as i64..(k0 + tk) as i64, device)
-        .reshape([1, tk])
-        .expand([tq, tk]);
-    let future = k.clone().greater(q.clone());
-    let too_old = (k + window as i64).lower_equal(q);
-    future.bool_or(too_old).reshape([1, 1, tq, tk])
 }
 
 #[cfg(test)]
@@ -584,7 +869,8 @@ mod tests {
     use super::*;
     use crate::mask::padding_mask_from_lengths;
     use crate::position::sinusoidal_table;
-    use burn::tensor::Distribution;
+    use crate::sdpa::attention_linear;
+    use burn::tensor::{Distribution, Int};
     use zoo_device::test_device;
     use zoo_device::testing::max_abs_diff;
 
@@ -732,40 +1018,240 @@ mod tests {
         assert!(max_abs_diff(&a.select(1, perm), &b) > 1e-3);
     }
 
+    /// Attention computed head by head from the layer's weights, without split_heads,
+    /// repeat_kv or any kernel of this crate: query head `h` reads KV head
+    /// `h / (H / Hkv)`, scores are `q·k · scale`, masked (causal) before a plain softmax.
+    fn independent(
+        m: &MultiHeadAttention,
+        x: &Tensor<3>,
+        ctx: Option<&Tensor<3>>,
+        causal: bool,
+        scale: f64,
+    ) -> Tensor<3> {
+        let src = ctx.unwrap_or(x);
+        let [b, tq, _] = x.dims();
+        let tk = src.dims()[1];
+        let (h, kv, hd) = (m.n_heads(), m.n_kv_heads(), m.head_dim());
+        let q = m.q_proj.as_ref().unwrap().forward(x.clone()); // [B, Tq, H Dh]
+        let k = m.k_proj.as_ref().unwrap().forward(src.clone()); // [B, Tk, Hkv Dh]
+        let v = m.v_proj.as_ref().unwrap().forward(src.clone());
+        let mut heads = Vec::new();
+        for head in 0..h {
+            let g = head / (h / kv);
+            let qh = q.clone().slice([0..b, 0..tq, head * hd..(head + 1) * hd]);
+            let kh = k.clone().slice([0..b, 0..tk, g * hd..(g + 1) * hd]);
+            let vh = v.clone().slice([0..b, 0..tk, g * hd..(g + 1) * hd]);
+            let mut scores = qh.matmul(kh.swap_dims(1, 2)) * scale; // [B, Tq, Tk]
+            if causal {
+                let future: Vec<f32> = (0..tq)
+                    .flat_map(|i| (0..tk).map(move |j| if j > i { -1e9 } else { 0.0 }))
+                    .collect();
+                scores = scores
+                    + Tensor::<1>::from_floats(future.as_slice(), &x.device()).reshape([1, tq, tk]);
+            }
+            let w = burn::tensor::activation::softmax(scores, 2);
+            heads.push(w.matmul(vh)); // [B, Tq, Dh]
+        }
+        m.o_proj.forward(Tensor::cat(heads, 2))
+    }
+
     #[test]
-    fn gqa_with_all_heads_equals_mha_and_mqa_runs() {
-        let mha_layer = mha(MultiHeadAttentionConfig::new(16, 4));
-        let mut gqa = mha(MultiHeadAttentionConfig::new(16, 4).with_n_kv_heads(Some(4)));
-        // The same weights in both layers.
-        gqa.q_proj = mha_layer.q_proj.clone();
-        gqa.k_proj = mha_layer.k_proj.clone();
-        gqa.v_proj = mha_layer.v_proj.clone();
-        gqa.o_proj = mha_layer.o_proj.clone();
+    fn gqa_mqa_and_cross_attention_equal_an_independent_computation() {
         let input = x(2, 6, 16, 8);
-        let a = mha_layer
+        let ctx = x(2, 5, 8, 9);
+        for kv in [4, 2, 1] {
+            let m = mha(MultiHeadAttentionConfig::new(16, 4).with_n_kv_heads(Some(kv)));
+            let s = 1.0 / (m.head_dim() as f64).sqrt();
+            let got = m
+                .forward(AttentionInput::self_attn(input.clone()).causal())
+                .unwrap()
+                .context;
+            let want = independent(&m, &input, None, true, s);
+            assert!(
+                max_abs_diff(&got, &want) < 1e-4,
+                "kv {kv}: {}",
+                max_abs_diff(&got, &want)
+            );
+            let c = mha(MultiHeadAttentionConfig::new(16, 4)
+                .with_n_kv_heads(Some(kv))
+                .with_d_context(Some(8)));
+            let got = c
+                .forward(AttentionInput::cross_attn(input.clone(), ctx.clone()))
+                .unwrap()
+                .context;
+            let want = independent(&c, &input, Some(&ctx), false, s);
+            assert!(max_abs_diff(&got, &want) < 1e-4, "cross kv {kv}");
+        }
+        // Negative control: the same layer read as MHA (each query head on its own KV
+        // slice) is far from its GQA result.
+        let m = mha(MultiHeadAttentionConfig::new(16, 4).with_n_kv_heads(Some(2)));
+        let got = m
             .forward(AttentionInput::self_attn(input.clone()).causal())
             .unwrap()
             .context;
-        let b = gqa
+        let wrong = mha(MultiHeadAttentionConfig::new(16, 4));
+        assert!(max_abs_diff(&got, &independent(&wrong, &input, None, true, 0.5)) > 1e-2);
+    }
+
+    #[test]
+    fn t5_head_size_and_scale_are_free() {
+        // T5 style: 4 heads of 6 (not 16 / 4 = 4), no score scaling.
+        let m = mha(MultiHeadAttentionConfig::new(16, 4)
+            .with_head_dim(Some(6))
+            .with_scale(Some(1.0))
+            .with_qkv_bias(false)
+            .with_out_bias(false));
+        assert_eq!(m.q_proj.as_ref().unwrap().weight.dims(), [16, 24]);
+        assert_eq!(m.o_proj.weight.dims(), [24, 16]);
+        let input = x(2, 5, 16, 21);
+        for kernel in [
+            AttentionKernel::Fused,
+            AttentionKernel::Reference,
+            AttentionKernel::Chunked {
+                block_q: 2,
+                block_k: 3,
+            },
+        ] {
+            let got = m
+                .clone()
+                .with_kernel(kernel)
+                .forward(AttentionInput::self_attn(input.clone()).causal())
+                .unwrap()
+                .context;
+            let want = independent(&m, &input, None, true, 1.0);
+            assert!(
+                max_abs_diff(&got, &want) < 1e-4,
+                "{kernel:?}: {}",
+                max_abs_diff(&got, &want)
+            );
+            let default_scale = independent(&m, &input, None, true, 1.0 / 6f64.sqrt());
+            assert!(
+                max_abs_diff(&got, &default_scale) > 1e-3,
+                "the scale must matter"
+            );
+        }
+        let e = MultiHeadAttentionConfig::new(16, 4)
+            .with_scale(Some(0.0))
+            .init(&test_device())
+            .unwrap_err();
+        assert_eq!(e.to_string(), "scale must be finite and > 0, got 0");
+    }
+
+    #[test]
+    fn cross_attention_cache_equals_the_full_forward() {
+        let m = mha(MultiHeadAttentionConfig::new(16, 4)
+            .with_n_kv_heads(Some(2))
+            .with_d_context(Some(8)));
+        let ctx = x(2, 5, 8, 31);
+        let pad = padding_mask_from_lengths(&[5, 3], 5, &ctx.device());
+        let cache = m.cross_kv(ctx.clone()).unwrap();
+        assert_eq!((cache.len(), cache.batch()), (5, 2));
+        // Step by step, the decoder's queries read the same projected keys.
+        for t in 0..3 {
+            let q = x(2, 1, 16, 40 + t);
+            let full = m
+                .forward(
+                    AttentionInput::cross_attn(q.clone(), ctx.clone()).key_padding(pad.clone()),
+                )
+                .unwrap()
+                .context;
+            let cached = m
+                .forward_cross_cached(
+                    AttentionInput::self_attn(q).key_padding(pad.clone()),
+                    &cache,
+                )
+                .unwrap()
+                .context;
+            assert!(max_abs_diff(&full, &cached) < 1e-5);
+        }
+        let e = m
+            .forward_cross_cached(AttentionInput::self_attn(x(3, 1, 16, 1)), &cache)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "attention input: expected shape [2, _, 16], got [3, 1, 16]"
+        );
+    }
+
+    #[test]
+    fn alibi_linear_and_global_windows_are_reachable_from_the_config() {
+        let dev = test_device();
+        let input = x(1, 9, 16, 50);
+        // ALiBi: the layer equals the reference path with the crate's ALiBi bias added.
+        let m = mha(MultiHeadAttentionConfig::new(16, 4).with_position_bias(PositionBias::Alibi));
+        let got = m
             .forward(AttentionInput::self_attn(input.clone()).causal())
             .unwrap()
             .context;
-        assert!(max_abs_diff(&a, &b) < 1e-6);
-        let mqa = mha(MultiHeadAttentionConfig::new(16, 4).with_n_kv_heads(Some(1)));
-        assert_eq!(mqa.k_proj.as_ref().unwrap().weight.dims(), [16, 4]);
-        let out = mqa
-            .forward(AttentionInput::self_attn(input).causal().with_weights())
-            .unwrap();
-        assert_eq!(out.context.dims(), [2, 6, 16]);
-        // Weights are distributions over the visible keys.
-        let sums = out
-            .weights
+        let plain = m.clone();
+        let bias = crate::position::alibi_bias(4, 9, 9, 0, &dev);
+        let want = mha_with_bias_off(plain)
+            .forward(
+                AttentionInput::self_attn(input.clone())
+                    .causal()
+                    .mask(Mask::none().with_bias(bias)),
+            )
             .unwrap()
-            .sum_dim(3)
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap();
-        assert!(sums.iter().all(|s| (s - 1.0).abs() < 1e-5));
+            .context;
+        assert!(max_abs_diff(&got, &want) < 1e-5);
+        // Linear attention through the config equals the kernel on the projections.
+        let lin =
+            mha(MultiHeadAttentionConfig::new(16, 4)
+                .with_kernel(AttentionKernel::Linear { chunk: 4 }));
+        let got = lin
+            .forward(AttentionInput::self_attn(input.clone()).causal())
+            .unwrap()
+            .context;
+        let [q, k, v] = lin.project(input.clone(), None).unwrap();
+        let want = lin
+            .finish(attention_linear(q, k, v, true, None, 9).unwrap(), None)
+            .context;
+        assert!(max_abs_diff(&got, &want) < 1e-4);
+        assert!(
+            lin.forward_cached(
+                AttentionInput::self_attn(input.clone()),
+                &mut KvCache::new(16)
+            )
+            .is_err()
+        );
+        // A window with a global token through the config equals the sliding kernel.
+        let win = mha(MultiHeadAttentionConfig::new(16, 4)
+            .with_window(Some(3))
+            .with_global_tokens(vec![0]));
+        let got = win
+            .forward(AttentionInput::self_attn(input.clone()).causal())
+            .unwrap()
+            .context;
+        let [q, k, v] = win.project(input.clone(), None).unwrap();
+        let out = crate::sdpa::attention_sliding_window(q, k, v, 3, true, &[0], None, 4).unwrap();
+        assert!(max_abs_diff(&got, &win.finish(out, None).context) < 1e-5);
+        let e = MultiHeadAttentionConfig::new(16, 4)
+            .with_global_tokens(vec![0])
+            .init(&dev)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "global_tokens only mean something with a window"
+        );
+    }
+
+    /// The same layer without its ALiBi bias.
+    fn mha_with_bias_off(mut m: MultiHeadAttention) -> MultiHeadAttention {
+        m.alibi = false;
+        m
+    }
+
+    #[test]
+    fn a_mask_of_the_wrong_shape_is_an_error() {
+        let m = mha(MultiHeadAttentionConfig::new(16, 4));
+        let pad = padding_mask_from_lengths(&[3], 4, &test_device());
+        let e = m
+            .forward(AttentionInput::self_attn(x(1, 5, 16, 1)).key_padding(pad))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "attention mask: expected shape broadcastable to [1, 4, 5, 5], got [1, 1, 1, 4]"
+        );
     }
 
     #[test]
@@ -893,6 +1379,15 @@ mod tests {
             "{}",
             max_abs_diff(&full, &cached)
         );
+        // Negative control: changing token 6 leaves positions 0..6 within the tolerance
+        // and moves positions 6.. by far more.
+        let bumped = input
+            .clone()
+            .slice_assign([0..2, 6..7, 0..16], x(2, 1, 16, 99));
+        let other = decode_step_by_step(&m, &bumped, KvCache::new(32));
+        let part = |t: &Tensor<3>, r: std::ops::Range<usize>| t.clone().slice([0..2, r, 0..16]);
+        assert!(max_abs_diff(&part(&cached, 0..6), &part(&other, 0..6)) < 1e-5);
+        assert!(max_abs_diff(&part(&cached, 6..9), &part(&other, 6..9)) > 1e-2);
     }
 
     #[test]

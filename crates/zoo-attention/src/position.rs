@@ -138,6 +138,81 @@ impl LearnedPosition {
     }
 }
 
+/// The position of every token of a batch, `[B, T]`, with the largest one known on the
+/// host, so that range checks never read the device back (a GPU would stall on each).
+///
+/// Built from host rows ([`Positions::from_rows`]), which cannot hold a negative value, or
+/// from a tensor ([`Positions::from_tensor`]), which reads it back once and rejects
+/// negative values.
+#[derive(Debug, Clone)]
+pub struct Positions {
+    ids: Tensor<2, Int>,
+    max: usize,
+}
+
+impl Positions {
+    /// Positions from one row per sequence.
+    ///
+    /// # Errors
+    /// No rows, or rows of different lengths.
+    pub fn from_rows(rows: &[Vec<usize>], device: &Device) -> Result<Self> {
+        let t = rows.first().map_or(0, Vec::len);
+        if rows.is_empty() || t == 0 {
+            return Err(AttentionError::Zero {
+                name: "positions per row",
+            });
+        }
+        if let Some(row) = rows.iter().find(|r| r.len() != t) {
+            return Err(AttentionError::Shape {
+                what: "positions",
+                expected: format!("[{}, {t}] (rows of equal length)", rows.len()),
+                got: vec![rows.len(), row.len()],
+            });
+        }
+        let flat: Vec<i64> = rows.iter().flatten().map(|&p| p as i64).collect();
+        let max = rows.iter().flatten().copied().max().unwrap_or(0);
+        Ok(Self {
+            ids: Tensor::from_data(TensorData::new(flat, [rows.len(), t]), device),
+            max,
+        })
+    }
+
+    /// Positions from a tensor, read back once to find the largest.
+    ///
+    /// # Errors
+    /// A negative position, or a tensor that cannot be read.
+    pub fn from_tensor(ids: Tensor<2, Int>) -> Result<Self> {
+        let values = ids
+            .to_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .map_err(|e| AttentionError::Unsupported(format!("cannot read positions: {e:?}")))?;
+        if let Some(&p) = values.iter().find(|p| **p < 0) {
+            return Err(AttentionError::NegativePosition {
+                what: "positions",
+                position: p,
+            });
+        }
+        let max = values.iter().copied().max().unwrap_or(0) as usize;
+        Ok(Self { ids, max })
+    }
+
+    /// The positions, `[B, T]`.
+    pub fn tensor(&self) -> &Tensor<2, Int> {
+        &self.ids
+    }
+
+    /// The largest position.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// `[B, T]`
+    pub fn dims(&self) -> [usize; 2] {
+        self.ids.dims()
+    }
+}
+
 /// How RoPE pairs the features of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RopeLayout {
@@ -251,20 +326,19 @@ impl RotaryEncoding {
     ///
     /// # Errors
     /// A position past `max_len`, or a positions tensor of the wrong shape.
-    pub fn forward_at(&self, x: Tensor<4>, positions: Tensor<2, Int>) -> Result<Tensor<4>> {
+    pub fn forward_at(&self, x: Tensor<4>, positions: &Positions) -> Result<Tensor<4>> {
         let [b, _, t, d] = x.dims();
         crate::error::check_shape("rope positions", &positions.dims(), &[Some(b), Some(t)])?;
         let max_len = self.max_len();
-        let top = positions.clone().max().into_scalar::<i64>();
-        if top < 0 || top as usize >= max_len {
+        if positions.max() >= max_len {
             return Err(AttentionError::TooLong {
                 what: "rotary encoding",
-                position: top.max(0) as usize,
+                position: positions.max(),
                 max_len,
             });
         }
         let half = d / 2;
-        let flat = positions.reshape([b * t]);
+        let flat = positions.tensor().clone().reshape([b * t]);
         // [B T, D/2] -> [B, 1, T, D/2]
         let cos = self
             .cos
@@ -347,7 +421,58 @@ pub fn alibi_bias(
 /// The bucket of a relative position `key - query` in T5's scheme (Raffel et al., 2020):
 /// half the buckets hold exact small distances, the rest grow logarithmically up to
 /// `max_distance`; bidirectional buckets split the range between the two signs.
+///
+/// # Errors
+/// See [`check_bucket_settings`].
 pub fn relative_position_bucket(
+    relative_position: i64,
+    bidirectional: bool,
+    num_buckets: usize,
+    max_distance: usize,
+) -> Result<usize> {
+    check_bucket_settings(num_buckets, max_distance, bidirectional)?;
+    Ok(bucket_unchecked(
+        relative_position,
+        bidirectional,
+        num_buckets,
+        max_distance,
+    ))
+}
+
+/// Checks T5 bucket settings: at least 4 buckets (two per sign when bidirectional, each
+/// split between exact and logarithmic buckets), and a `max_distance` beyond the exact
+/// range, or the logarithm's base is not above 1.
+///
+/// # Errors
+/// [`AttentionError::OutOfRange`] naming the setting.
+pub fn check_bucket_settings(
+    num_buckets: usize,
+    max_distance: usize,
+    bidirectional: bool,
+) -> Result<()> {
+    if num_buckets < 4 {
+        return Err(AttentionError::OutOfRange {
+            name: "num_buckets",
+            bound: ">= 4",
+            value: num_buckets.to_string(),
+        });
+    }
+    let max_exact = if bidirectional {
+        num_buckets / 4
+    } else {
+        num_buckets / 2
+    };
+    if max_distance <= max_exact {
+        return Err(AttentionError::OutOfRange {
+            name: "max_distance",
+            bound: "larger than the exact buckets (num_buckets / 2, or / 4 bidirectional)",
+            value: max_distance.to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn bucket_unchecked(
     relative_position: i64,
     bidirectional: bool,
     num_buckets: usize,
@@ -417,6 +542,7 @@ impl RelativePositionBiasConfig {
                 return Err(AttentionError::Zero { name });
             }
         }
+        check_bucket_settings(self.num_buckets, self.max_distance, self.bidirectional)?;
         Ok(RelativePositionBias {
             relative_attention_bias: EmbeddingConfig::new(self.num_buckets, self.n_heads)
                 .init(device),
@@ -431,15 +557,24 @@ impl RelativePositionBias {
     /// The bias `[1, H, Tq, Tk]` for queries at positions `offset..offset + tq` and keys at
     /// `0..tk`.
     pub fn forward(&self, tq: usize, tk: usize, offset: usize, device: &Device) -> Tensor<4> {
+        self.forward_offsets(offset, tq, 0, tk, device)
+    }
+
+    /// The bias `[1, H, Tq, Tk]` for queries at positions `q0..q0 + tq` and keys at
+    /// `k0..k0 + tk`.
+    pub fn forward_offsets(
+        &self,
+        q0: usize,
+        tq: usize,
+        k0: usize,
+        tk: usize,
+        device: &Device,
+    ) -> Tensor<4> {
         let buckets: Vec<i64> = (0..tq)
-            .flat_map(|i| (0..tk).map(move |j| j as i64 - (offset + i) as i64))
+            .flat_map(|i| (0..tk).map(move |j| (k0 + j) as i64 - (q0 + i) as i64))
             .map(|rel| {
-                relative_position_bucket(
-                    rel,
-                    self.bidirectional,
-                    self.num_buckets,
-                    self.max_distance,
-                ) as i64
+                bucket_unchecked(rel, self.bidirectional, self.num_buckets, self.max_distance)
+                    as i64
             })
             .collect();
         let idx = Tensor::<2, Int>::from_data(TensorData::new(buckets, [tq, tk]), device);
@@ -569,13 +704,74 @@ mod tests {
         let d = test_device();
         let rope = RotaryEncodingConfig::new(4, 16).init(&d).unwrap();
         let x = Tensor::<4>::random([2, 1, 3, 4], Distribution::Normal(0.0, 1.0), &d);
-        let pos = Tensor::<2, Int>::from_ints([[0, 1, 2], [5, 6, 7]], &d);
-        let at = rope.forward_at(x.clone(), pos).unwrap();
+        let pos = Positions::from_rows(&[vec![0, 1, 2], vec![5, 6, 7]], &d).unwrap();
+        let at = rope.forward_at(x.clone(), &pos).unwrap();
         let row0 = rope
             .forward(x.clone().slice([0..1, 0..1, 0..3, 0..4]), 0)
             .unwrap();
         let row1 = rope.forward(x.slice([1..2, 0..1, 0..3, 0..4]), 5).unwrap();
         assert!(max_abs_diff(&at, &Tensor::cat(vec![row0, row1], 0)) < 1e-6);
+    }
+
+    #[test]
+    fn rope_frequencies_are_theta_to_the_minus_2i_over_d() {
+        // cos and sin of pos * theta^(-2i/8), computed by hand for two bases (10000 as in
+        // the paper, 500000 as in Llama 3).
+        let cases = [
+            (10000.0, 3, 1, 0.955_336_5, 0.295_520_2),
+            (10000.0, 10, 1, 0.540_302_3, 0.841_471_0),
+            (10000.0, 7, 3, 0.999_975_5, 0.006_999_943),
+            (500000.0, 3, 1, 0.993_642_8, 0.112_578_92),
+            (500000.0, 10, 1, 0.930_118_7, 0.367_258_95),
+            (500000.0, 7, 3, 0.999_999_9, 0.000_372_280_7),
+        ];
+        let d = test_device();
+        for (theta, pos, i, cos, sin) in cases {
+            let rope = RotaryEncodingConfig::new(8, 16)
+                .with_theta(theta)
+                .init(&d)
+                .unwrap();
+            let at = |t: &Tensor<2>| {
+                t.clone()
+                    .slice([pos..pos + 1, i..i + 1])
+                    .into_scalar::<f32>()
+            };
+            assert!(
+                (at(&rope.cos) - cos).abs() < 1e-6,
+                "theta {theta} pos {pos} pair {i}"
+            );
+            assert!(
+                (at(&rope.sin) - sin).abs() < 1e-6,
+                "theta {theta} pos {pos} pair {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn positions_are_checked_on_the_host() {
+        let d = test_device();
+        let rope = RotaryEncodingConfig::new(4, 8).init(&d).unwrap();
+        let x = Tensor::<4>::zeros([1, 1, 2, 4], &d);
+        let far = Positions::from_rows(&[vec![3, 8]], &d).unwrap();
+        assert_eq!(
+            rope.forward_at(x.clone(), &far).unwrap_err().to_string(),
+            "rotary encoding: position 8 is past the maximum length 8"
+        );
+        let negative = Tensor::<2, Int>::from_ints([[0, -2]], &d);
+        assert_eq!(
+            Positions::from_tensor(negative).unwrap_err().to_string(),
+            "positions: position -2 is negative"
+        );
+        let ragged = Positions::from_rows(&[vec![0, 1], vec![0]], &d).unwrap_err();
+        assert!(matches!(ragged, AttentionError::Shape { .. }), "{ragged}");
+        let wrong_len = Positions::from_rows(&[vec![0, 1, 2]], &d).unwrap();
+        assert!(matches!(
+            rope.forward_at(x, &wrong_len),
+            Err(AttentionError::Shape {
+                what: "rope positions",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -614,9 +810,38 @@ mod tests {
     }
 
     #[test]
+    fn too_few_buckets_are_an_error() {
+        for n in [0, 1, 2, 3] {
+            assert_eq!(
+                relative_position_bucket(-5, true, n, 128)
+                    .unwrap_err()
+                    .to_string(),
+                format!("num_buckets must be >= 4, got {n}")
+            );
+        }
+        let e = RelativePositionBiasConfig::new(2)
+            .with_num_buckets(3)
+            .init(&test_device())
+            .unwrap_err();
+        assert_eq!(e.to_string(), "num_buckets must be >= 4, got 3");
+        let e = RelativePositionBiasConfig::new(2)
+            .with_num_buckets(32)
+            .with_max_distance(8)
+            .init(&test_device())
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("max_distance must be larger"),
+            "{e}"
+        );
+        // The smallest valid setting works in both directions.
+        assert_eq!(relative_position_bucket(-3, true, 4, 2).unwrap(), 1);
+        assert_eq!(relative_position_bucket(3, true, 4, 2).unwrap(), 3);
+    }
+
+    #[test]
     fn t5_buckets() {
         // Bidirectional, 32 buckets, max distance 128 (values as HF T5's bucket function).
-        let b = |r| relative_position_bucket(r, true, 32, 128);
+        let b = |r| relative_position_bucket(r, true, 32, 128).unwrap();
         assert_eq!(b(0), 0);
         assert_eq!(b(-1), 1);
         assert_eq!(b(1), 17);
@@ -626,7 +851,7 @@ mod tests {
         assert_eq!(b(-1000), 15);
         assert_eq!(b(1000), 31);
         // Causal: future keys share bucket 0.
-        let c = |r| relative_position_bucket(r, false, 32, 128);
+        let c = |r| relative_position_bucket(r, false, 32, 128).unwrap();
         assert_eq!(c(5), 0);
         assert_eq!(c(-5), 5);
         assert_eq!(c(-1000), 31);
@@ -653,7 +878,7 @@ mod tests {
             .try_to_vec::<f32>()
             .unwrap();
         // head 1, query 1, key 0: relative -1 -> bucket 1
-        let bucket = relative_position_bucket(-1, true, 8, 16);
+        let bucket = relative_position_bucket(-1, true, 8, 16).unwrap();
         assert_eq!(bias[6 + 3], table[bucket * 2 + 1]);
     }
 }

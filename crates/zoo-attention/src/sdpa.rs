@@ -10,17 +10,44 @@
 //! | [`attention_linear`] | `O(T·D·Dv)` | **no** | kernelised approximation, `φ(x) = elu(x) + 1` |
 //!
 //! All take `[B, H, T, D]` tensors with the same number of heads in Q, K and V; grouped
-//! KV heads are expanded with [`repeat_kv`] first.
+//! KV heads are expanded with [`repeat_kv`] first. Which key a query may see by position
+//! (causal, window, global tokens) is decided by [`Visibility`] alone, for every path.
+//! Inputs are checked before any kernel runs: shapes that do not fit are errors, not
+//! panics deep inside a backend.
 
 use burn::nn::Dropout;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
-use crate::mask::Mask;
+use crate::error::{AttentionError, Result};
+use crate::mask::{Mask, Visibility};
 
 fn default_scale(head_dim: usize, scale: Option<f64>) -> f64 {
     scale.unwrap_or_else(|| 1.0 / (head_dim as f64).sqrt())
+}
+
+/// Checks Q, K, V and the mask against each other, returning `[B, H, Tq, Tk]`.
+fn check_qkv(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, mask: &Mask) -> Result<[usize; 4]> {
+    let [b, h, tq, d] = q.dims();
+    let [kb, kh, tk, kd] = k.dims();
+    if (kb, kh, kd) != (b, h, d) {
+        return Err(AttentionError::Shape {
+            what: "attention keys",
+            expected: format!("[{b}, {h}, _, {d}] (as the queries)"),
+            got: k.dims().to_vec(),
+        });
+    }
+    let [vb, vh, vt, _] = v.dims();
+    if (vb, vh, vt) != (b, h, tk) {
+        return Err(AttentionError::Shape {
+            what: "attention values",
+            expected: format!("[{b}, {h}, {tk}, _] (as the keys)"),
+            got: v.dims().to_vec(),
+        });
+    }
+    mask.check([b, h, tq, tk])?;
+    Ok([b, h, tq, tk])
 }
 
 /// Softmax over the last dimension that gives zeros, not NaN, for a row that is all `-inf`.
@@ -41,6 +68,9 @@ pub fn safe_softmax(scores: Tensor<4>) -> Tensor<4> {
 /// # Shapes
 /// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]`
 /// - returns `([B, H, Tq, Dv], [B, H, Tq, Tk])`
+///
+/// # Errors
+/// Shapes that do not fit together, or a mask that does not broadcast to the scores.
 pub fn attention_reference(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -48,17 +78,17 @@ pub fn attention_reference(
     mask: &Mask,
     scale: Option<f64>,
     dropout: Option<&Dropout>,
-) -> (Tensor<4>, Tensor<4>) {
-    let [b, h, tq, d] = q.dims();
-    let tk = k.dims()[2];
+) -> Result<(Tensor<4>, Tensor<4>)> {
+    let shape = check_qkv(&q, &k, &v, mask)?;
+    let d = q.dims()[3];
     let device = q.device();
     let scale = default_scale(d, scale);
     // [B, H, Tq, D] x [B, H, D, Tk] -> [B, H, Tq, Tk]
     let mut scores = q.matmul(k.swap_dims(2, 3)) * scale;
-    if let Some(bias) = mask.materialize_bias([b, h, tq, tk]) {
+    if let Some(bias) = mask.materialize_bias(shape) {
         scores = scores + bias;
     }
-    if let Some(m) = mask.materialize([b, h, tq, tk], &device) {
+    if let Some(m) = mask.materialize(shape, &device) {
         scores = scores.mask_fill(m, f32::NEG_INFINITY);
     }
     let weights = safe_softmax(scores);
@@ -66,46 +96,52 @@ pub fn attention_reference(
         Some(dropout) => dropout.forward(weights.clone()),
         None => weights.clone(),
     };
-    (dropped.matmul(v), weights)
+    Ok((dropped.matmul(v), weights))
 }
 
 /// The fast path: Burn's fused `attention` op, with no weights and no dropout.
 ///
-/// Rows whose keys are all masked come back as zeros on every backend.
+/// Rows whose keys are all masked (by the boolean mask, the positional rule, or a bias
+/// of `-inf`) come back as zeros on every backend.
 ///
 /// # Shapes
 /// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]`
 /// - returns `[B, H, Tq, Dv]`
+///
+/// # Errors
+/// Shapes that do not fit together, or a mask that does not broadcast to the scores.
 pub fn attention_fused(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     mask: &Mask,
     scale: Option<f64>,
-) -> Tensor<4> {
-    let [b, h, tq, d] = q.dims();
-    let tk = k.dims()[2];
+) -> Result<Tensor<4>> {
+    let shape = check_qkv(&q, &k, &v, mask)?;
+    let [b, h, tq, tk] = shape;
+    let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
-    // The kernels' own causal flag assumes query i is key i; a cache offset needs the
-    // explicit mask.
-    let use_flag = mask.causal && mask.causal_offset == 0 && tq == tk;
-    let bool_mask = if use_flag {
-        Mask {
-            causal: false,
-            ..mask.clone()
-        }
-        .materialize([b, h, tq, tk], &device)
+    // The kernels' own causal flag assumes query i is key i and knows no window; any
+    // other rule goes in as an explicit mask.
+    let plain_causal = mask.rule == Visibility::causal()
+        && mask.query_offset == 0
+        && mask.key_offset == 0
+        && tq == tk;
+    let full_mask = mask.materialize(shape, &device);
+    let kernel_mask = if plain_causal {
+        mask.masked.clone().map(|m| m.expand(shape))
     } else {
-        mask.materialize([b, h, tq, tk], &device)
+        full_mask.clone()
     };
     let options = AttentionModuleOptions {
         scale: Some(default_scale(d, scale)),
         softcap: None,
-        is_causal: use_flag,
+        is_causal: plain_causal,
     };
-    let mut bias = mask.materialize_bias([b, h, tq, tk]);
-    let mut kernel_mask = bool_mask.clone();
+    let user_bias = mask.materialize_bias(shape);
+    let mut bias = user_bias.clone();
+    let mut kernel_mask = kernel_mask;
     if mask_is_inverted_on(&device) {
         // burn-tch 0.22.1 hands Burn's boolean mask (true = masked) to torch's SDPA, where
         // true means "may attend" (burn-tch `ops/module.rs`, `attention`). An additive
@@ -119,25 +155,21 @@ pub fn attention_fused(
         }
     }
     let out = attention(q, k, v, kernel_mask, bias, options);
-    match bool_mask {
-        Some(m) => {
-            // A fully masked row is zero by definition here; kernels may leave NaN there.
-            let m = if use_flag {
-                Mask {
-                    causal: true,
-                    ..Mask::none()
-                }
-                .with_bool(m)
-                .materialize([b, h, tq, tk], &device)
-                .expect("mask is present")
-            } else {
-                m
-            };
-            let dead = m.all_dim(3); // [B, H, Tq, 1]
+    // A row with no visible key is zero by definition here; kernels may leave NaN there,
+    // whether the boolean mask or a `-inf` bias hid its keys.
+    let hidden = match (full_mask, user_bias) {
+        (Some(m), Some(bias)) => Some(m.bool_or(bias.equal_elem(f32::NEG_INFINITY))),
+        (Some(m), None) => Some(m),
+        (None, Some(bias)) => Some(bias.equal_elem(f32::NEG_INFINITY)),
+        (None, None) => None,
+    };
+    Ok(match hidden {
+        Some(hidden) => {
+            let dead = hidden.all_dim(3); // [B, H, Tq, 1]
             out.mask_fill(dead.expand([b, h, tq, dv]), 0.0)
         }
         None => out,
-    }
+    })
 }
 
 /// Whether this device's fused attention reads boolean masks the other way round (see
@@ -160,17 +192,6 @@ pub fn repeat_kv(x: Tensor<4>, n_rep: usize) -> Tensor<4> {
     x.unsqueeze_dim::<5>(2)
         .expand([b, hkv, n_rep, t, d])
         .reshape([b, hkv * n_rep, t, d])
-}
-
-/// Causal mask for a tile: queries at absolute positions `q0..q0+tq`, keys at `k0..k0+tk`.
-fn causal_tile(q0: usize, tq: usize, k0: usize, tk: usize, device: &Device) -> Tensor<4, Bool> {
-    let q = Tensor::<1, Int>::arange(q0 as i64..(q0 + tq) as i64, device)
-        .reshape([tq, 1])
-        .expand([tq, tk]);
-    let k = Tensor::<1, Int>::arange(k0 as i64..(k0 + tk) as i64, device)
-        .reshape([1, tk])
-        .expand([tq, tk]);
-    k.greater(q).reshape([1, 1, tq, tk])
 }
 
 /// Slices dims 2 and 3 of a broadcastable `[_, _, Tq|1, Tk|1]` tensor to a tile.
@@ -197,6 +218,9 @@ fn tile<K: burn::tensor::kind::Basic>(
 /// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]`
 /// - the mask's boolean part and bias broadcastable to `[B, H, Tq, Tk]`
 /// - returns `[B, H, Tq, Dv]`
+///
+/// # Errors
+/// Shapes that do not fit together, or a mask that does not broadcast to the scores.
 pub fn attention_chunked(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -205,9 +229,9 @@ pub fn attention_chunked(
     scale: Option<f64>,
     block_q: usize,
     block_k: usize,
-) -> Tensor<4> {
-    let [b, h, tq, d] = q.dims();
-    let tk = k.dims()[2];
+) -> Result<Tensor<4>> {
+    let [b, h, tq, tk] = check_qkv(&q, &k, &v, mask)?;
+    let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
     let scale = default_scale(d, scale);
@@ -223,7 +247,7 @@ pub fn attention_chunked(
         let mut acc = Tensor::<4>::zeros([b, h, bq, dv], &device);
         for k0 in (0..tk).step_by(block_k) {
             let k1 = (k0 + block_k).min(tk);
-            if mask.causal && k0 > mask.causal_offset + q1 - 1 {
+            if mask.is_causal() && mask.key_offset + k0 > mask.query_offset + q1 - 1 {
                 break; // every later key is in the future of every query of this block
             }
             let kb = k.clone().slice([0..b, 0..h, k0..k1, 0..d]);
@@ -236,9 +260,8 @@ pub fn attention_chunked(
             if let Some(mb) = &mask.masked {
                 s = s.mask_fill(tile(mb.clone(), q0..q1, k0..k1), f32::NEG_INFINITY);
             }
-            if mask.causal {
-                let c = causal_tile(mask.causal_offset + q0, bq, k0, k1 - k0, &device);
-                s = s.mask_fill(c, f32::NEG_INFINITY);
+            if let Some(rule) = mask.rule_tile(q0, bq, k0, k1 - k0, &device) {
+                s = s.mask_fill(rule, f32::NEG_INFINITY);
             }
             let m_new = m.clone().max_pair(s.clone().max_dim(3));
             let p = (s - m_new.clone()).exp();
@@ -249,22 +272,11 @@ pub fn attention_chunked(
         }
         outputs.push(acc / l.clamp_min(f32::MIN_POSITIVE));
     }
-    Tensor::cat(outputs, 2)
+    Ok(Tensor::cat(outputs, 2))
 }
 
-/// Which keys a query may see under sliding-window attention with global tokens.
-///
-/// Query `i` sees key `j` when `j` is within the window (`i - window < j <= i` causal,
-/// `|i - j| < window` otherwise), or when `i` or `j` is a global token; causal masking
-/// applies to global tokens too.
-fn window_visible(i: usize, j: usize, window: usize, causal: bool, global: &[usize]) -> bool {
-    if causal && j > i {
-        return false;
-    }
-    i.abs_diff(j) < window || global.contains(&i) || global.contains(&j)
-}
-
-/// The full `[T, T]` sliding-window mask (`true` = masked), for the reference path.
+/// The full `[T, T]` sliding-window mask (`true` = masked), for the reference path: the
+/// [`Visibility`] rule with a window and global tokens.
 pub fn sliding_window_mask(
     t: usize,
     window: usize,
@@ -272,23 +284,27 @@ pub fn sliding_window_mask(
     global: &[usize],
     device: &Device,
 ) -> Tensor<2, Bool> {
-    let values: Vec<bool> = (0..t)
-        .flat_map(|i| (0..t).map(move |j| (i, j)))
-        .map(|(i, j)| !window_visible(i, j, window, causal, global))
-        .collect();
-    Tensor::from_data(TensorData::new(values, [t, t]), device)
+    Visibility {
+        causal,
+        window: Some(window),
+        global: global.to_vec(),
+    }
+    .mask(0, t, 0, t, device)
 }
 
 /// Sliding-window (local) self-attention with optional global tokens (Beltagy et al.,
 /// 2020, "Longformer"). Each block of `block` queries reads only the keys its window can
 /// reach plus the global keys, so memory is `O(T·(W + G))`; global query rows attend to
-/// every key and are computed on their own.
+/// every key they may see and are computed on their own.
 ///
 /// Exact for its mask: equals [`attention_reference`] with [`sliding_window_mask`]. With
 /// `window >= T` it is full attention.
 ///
 /// # Shapes
 /// - `q`, `k`: `[B, H, T, D]`, `v`: `[B, H, T, Dv]` -> `[B, H, T, Dv]`
+///
+/// # Errors
+/// A zero window, shapes that do not fit, or queries and keys of different lengths.
 pub fn attention_sliding_window(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -298,8 +314,17 @@ pub fn attention_sliding_window(
     global: &[usize],
     scale: Option<f64>,
     block: usize,
-) -> Tensor<4> {
-    let [b, h, t, d] = q.dims();
+) -> Result<Tensor<4>> {
+    let [b, h, t, tk] = check_qkv(&q, &k, &v, &Mask::none())?;
+    if window == 0 {
+        return Err(AttentionError::Zero { name: "window" });
+    }
+    if t != tk {
+        return Err(AttentionError::Unsupported(format!(
+            "sliding-window self-attention needs as many keys as queries, got {t} and {tk}"
+        )));
+    }
+    let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
     let scale = default_scale(d, scale);
@@ -307,6 +332,11 @@ pub fn attention_sliding_window(
     let mut global: Vec<usize> = global.iter().copied().filter(|&g| g < t).collect();
     global.sort_unstable();
     global.dedup();
+    let rule = Visibility {
+        causal,
+        window: Some(window),
+        global: global.clone(),
+    };
     let mut outputs = Vec::with_capacity(t.div_ceil(block));
     for q0 in (0..t).step_by(block) {
         let q1 = (q0 + block).min(t);
@@ -330,7 +360,7 @@ pub fn attention_sliding_window(
         let vb = v.clone().select(2, idx); // [B, H, nk, Dv]
         let masked: Vec<bool> = (q0..q1)
             .flat_map(|i| keys.iter().map(move |&j| (i, j)))
-            .map(|(i, j)| !window_visible(i, j, window, causal, &[]) && !global.contains(&j))
+            .map(|(i, j)| !rule.sees(i, j))
             .collect();
         let m =
             Tensor::<2, Bool>::from_data(TensorData::new(masked, [q1 - q0, keys.len()]), &device)
@@ -341,7 +371,7 @@ pub fn attention_sliding_window(
         outputs.push(w.matmul(vb));
     }
     let mut out = Tensor::cat(outputs, 2);
-    // Global queries see every (non-future) key: one full row each.
+    // Global queries see every key the rule allows: one full row each.
     for &g in &global {
         let qg = q.clone().slice([0..b, 0..h, g..g + 1, 0..d]);
         let mask = if causal {
@@ -349,10 +379,10 @@ pub fn attention_sliding_window(
         } else {
             Mask::none()
         };
-        let row = attention_reference(qg, k.clone(), v.clone(), &mask, Some(scale), None).0;
+        let row = attention_reference(qg, k.clone(), v.clone(), &mask, Some(scale), None)?.0;
         out = out.slice_assign([0..b, 0..h, g..g + 1, 0..dv], row);
     }
-    out
+    Ok(out)
 }
 
 /// The positive feature map of linear attention, `φ(x) = elu(x) + 1`.
@@ -365,11 +395,16 @@ fn feature_map(x: Tensor<4>) -> Tensor<4> {
 ///
 /// **An approximation**: it does not equal softmax attention and is not tested against it
 /// for equality, only for its own definition. The causal form walks the sequence in chunks
-/// of `chunk` positions, carrying the running sums between chunks.
+/// of `chunk` positions, carrying the running sums between chunks; query `i` and key `i`
+/// are the same position, so it needs as many queries as keys.
 ///
 /// # Shapes
 /// - `q`: `[B, H, Tq, D]`, `k`: `[B, H, Tk, D]`, `v`: `[B, H, Tk, Dv]` -> `[B, H, Tq, Dv]`
 /// - `key_padding`: `[B, Tk]`, `true` at keys to ignore.
+///
+/// # Errors
+/// Shapes that do not fit, a padding mask of the wrong shape, or causal attention with
+/// `Tq != Tk`.
 pub fn attention_linear(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -377,14 +412,24 @@ pub fn attention_linear(
     causal: bool,
     key_padding: Option<Tensor<2, Bool>>,
     chunk: usize,
-) -> Tensor<4> {
-    let [b, h, tq, d] = q.dims();
-    let tk = k.dims()[2];
+) -> Result<Tensor<4>> {
+    let [b, h, tq, tk] = check_qkv(&q, &k, &v, &Mask::none())?;
+    if causal && tq != tk {
+        return Err(AttentionError::Unsupported(format!(
+            "causal linear attention needs as many queries as keys, got {tq} and {tk}"
+        )));
+    }
+    let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
     let fq = feature_map(q);
     let mut fk = feature_map(k);
     if let Some(pad) = key_padding {
+        crate::error::check_shape(
+            "linear attention padding",
+            &pad.dims(),
+            &[Some(b), Some(tk)],
+        )?;
         // [B, Tk] -> [B, 1, Tk, 1]: padded keys contribute nothing to either sum.
         let keep = pad.bool_not().float().reshape([b, 1, tk, 1]);
         fk = fk * keep;
@@ -395,9 +440,10 @@ pub fn attention_linear(
         let z = fk.sum_dim(2); // [B, H, 1, D]
         let num = fq.clone().matmul(kv); // [B, H, Tq, Dv]
         let den = fq.matmul(z.swap_dims(2, 3)); // [B, H, Tq, 1]
-        return num / den.clamp_min(f32::MIN_POSITIVE);
+        return Ok(num / den.clamp_min(f32::MIN_POSITIVE));
     }
     let chunk = chunk.max(1);
+    let rule = Visibility::causal();
     let mut state = Tensor::<4>::zeros([b, h, d, dv], &device);
     let mut zsum = Tensor::<4>::zeros([b, h, 1, d], &device);
     let mut outputs = Vec::new();
@@ -408,7 +454,7 @@ pub fn attention_linear(
         let kc = fk.clone().slice([0..b, 0..h, c0..c1, 0..d]);
         let vc = v.clone().slice([0..b, 0..h, c0..c1, 0..dv]);
         // Within the chunk: φ(q) φ(k)ᵀ with future keys zeroed. [B, H, n, n]
-        let future = causal_tile(c0, n, c0, n, &device);
+        let future = rule.mask(c0, n, c0, n, &device).reshape([1, 1, n, n]);
         let a = qc
             .clone()
             .matmul(kc.clone().swap_dims(2, 3))
@@ -419,7 +465,7 @@ pub fn attention_linear(
         state = state + kc.clone().swap_dims(2, 3).matmul(vc);
         zsum = zsum + kc.sum_dim(2);
     }
-    Tensor::cat(outputs, 2)
+    Ok(Tensor::cat(outputs, 2))
 }
 
 #[cfg(test)]
@@ -454,7 +500,7 @@ mod tests {
         let q = Tensor::<4>::from_floats([[[[1.0]]]], &dev);
         let k = Tensor::<4>::from_floats([[[[1.0], [0.0]]]], &dev);
         let v = Tensor::<4>::from_floats([[[[10.0], [20.0]]]], &dev);
-        let (out, w) = attention_reference(q, k, v, &Mask::none(), None, None);
+        let (out, w) = attention_reference(q, k, v, &Mask::none(), None, None).unwrap();
         let e = std::f32::consts::E;
         let w0 = e / (e + 1.0);
         let w = w.into_data().try_to_vec::<f32>().unwrap();
@@ -474,8 +520,9 @@ mod tests {
             Mask::none().with_key_padding(pad.clone()),
             Mask::causal().with_key_padding(pad),
         ] {
-            let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
-            let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None);
+            let (r, _) =
+                attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
+            let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None).unwrap();
             assert_close(&f, &r, 1e-5);
         }
     }
@@ -486,9 +533,10 @@ mod tests {
         let dev = q.device();
         let pad = padding_mask_from_lengths(&[0], 4, &dev); // every key is padding
         let mask = Mask::none().with_key_padding(pad);
-        let (r, w) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
-        let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None);
-        let c = attention_chunked(q, k, v, &mask, None, 2, 2);
+        let (r, w) =
+            attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
+        let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None).unwrap();
+        let c = attention_chunked(q, k, v, &mask, None, 2, 2).unwrap();
         for t in [r, w, f, c] {
             let vals = t.into_data().try_to_vec::<f32>().unwrap();
             assert!(vals.iter().all(|x| *x == 0.0), "{vals:?}");
@@ -506,10 +554,12 @@ mod tests {
             Mask::causal(),
             Mask::causal().with_key_padding(pad).with_bias(bias),
         ] {
-            let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+            let (r, _) =
+                attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
             // 13 is not a multiple of 4 or 5; 13 and 16 cover one block and a block past the end.
             for (bq, bk) in [(4, 4), (5, 3), (13, 13), (16, 16), (1, 7)] {
-                let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, bq, bk);
+                let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, bq, bk)
+                    .unwrap();
                 assert!(
                     max_abs_diff(&c, &r) < 1e-5,
                     "blocks {bq}x{bk}: {}",
@@ -524,9 +574,10 @@ mod tests {
         // Three new queries after five cached positions: keys cover 0..8.
         let (q, k, v) = qkv(1, 2, 3, 8, 4);
         let mask = Mask::none().with_causal_offset(5);
-        let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
-        let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, 2, 3);
-        let f = attention_fused(q, k, v, &mask, None);
+        let (r, _) =
+            attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
+        let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, 2, 3).unwrap();
+        let f = attention_fused(q, k, v, &mask, None).unwrap();
         assert!(max_abs_diff(&c, &r) < 1e-5);
         assert!(max_abs_diff(&f, &r) < 1e-5);
     }
@@ -549,7 +600,8 @@ mod tests {
                 &Mask::none().with_bool(m),
                 None,
                 None,
-            );
+            )
+            .unwrap();
             let s = attention_sliding_window(
                 q.clone(),
                 k.clone(),
@@ -559,7 +611,8 @@ mod tests {
                 &global,
                 None,
                 4,
-            );
+            )
+            .unwrap();
             assert!(
                 max_abs_diff(&s, &r) < 1e-5,
                 "window {window} causal {causal} global {global:?}: {}",
@@ -573,9 +626,11 @@ mod tests {
         let (q, k, v) = qkv(1, 2, 9, 9, 4);
         for causal in [false, true] {
             let mask = if causal { Mask::causal() } else { Mask::none() };
-            let (r, _) = attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None);
+            let (r, _) =
+                attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
             let s =
-                attention_sliding_window(q.clone(), k.clone(), v.clone(), 9, causal, &[], None, 4);
+                attention_sliding_window(q.clone(), k.clone(), v.clone(), 9, causal, &[], None, 4)
+                    .unwrap();
             assert!(max_abs_diff(&s, &r) < 1e-5);
         }
     }
@@ -589,20 +644,120 @@ mod tests {
         let a = fq.matmul(fk.swap_dims(2, 3)); // [1, 1, 6, 6]
         for causal in [false, true] {
             let a = if causal {
-                a.clone()
-                    .mask_fill(causal_tile(0, 6, 0, 6, &q.device()), 0.0)
+                a.clone().mask_fill(
+                    Visibility::causal()
+                        .mask(0, 6, 0, 6, &q.device())
+                        .reshape([1, 1, 6, 6]),
+                    0.0,
+                )
             } else {
                 a.clone()
             };
             let expected = a.clone().matmul(v.clone()) / a.sum_dim(3);
             for chunk in [1, 4, 6] {
-                let got = attention_linear(q.clone(), k.clone(), v.clone(), causal, None, chunk);
+                let got =
+                    attention_linear(q.clone(), k.clone(), v.clone(), causal, None, chunk).unwrap();
                 assert!(
                     max_abs_diff(&got, &expected) < 1e-4,
                     "causal {causal} chunk {chunk}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_row_hidden_by_a_bias_is_zero_on_every_path() {
+        let (q, k, v) = qkv(1, 2, 3, 4, 4);
+        let dev = q.device();
+        // Row 1 of every head: all keys at -inf through the additive bias alone.
+        let mut bias = vec![0.0f32; 3 * 4];
+        bias[4..8].fill(f32::NEG_INFINITY);
+        let bias = Tensor::<1>::from_floats(bias.as_slice(), &dev).reshape([1, 1, 3, 4]);
+        for mask in [
+            Mask::none().with_bias(bias.clone()),
+            Mask::causal().with_bias(bias),
+        ] {
+            let (r, _) =
+                attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
+            let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None).unwrap();
+            let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, None, 2, 2).unwrap();
+            for out in [&r, &f, &c] {
+                let row = out.clone().slice([0..1, 0..2, 1..2, 0..4]);
+                let vals = row.into_data().try_to_vec::<f32>().unwrap();
+                assert!(vals.iter().all(|x| *x == 0.0), "{vals:?}");
+            }
+            assert_close(&f, &r, 1e-5);
+            assert_close(&c, &r, 1e-5);
+        }
+    }
+
+    #[test]
+    fn causal_global_tokens_do_not_leak_the_future() {
+        // Causal, window 4, global [5]: query 0 must not see key 5. Changing key 5 and
+        // value 5 must leave queries 0..5 unchanged.
+        let (q, k, v) = qkv(1, 1, 9, 9, 4);
+        let dev = q.device();
+        let bump = Tensor::<4>::ones([1, 1, 1, 4], &dev) * 5.0;
+        let k2 = k
+            .clone()
+            .slice_assign([0..1, 0..1, 5..6, 0..4], bump.clone());
+        let v2 = v.clone().slice_assign([0..1, 0..1, 5..6, 0..4], bump);
+        let a = attention_sliding_window(q.clone(), k, v, 4, true, &[5], None, 3).unwrap();
+        let b = attention_sliding_window(q, k2, v2, 4, true, &[5], None, 3).unwrap();
+        let early = |t: &Tensor<4>| t.clone().slice([0..1, 0..1, 0..5, 0..4]);
+        let late = |t: &Tensor<4>| t.clone().slice([0..1, 0..1, 5..9, 0..4]);
+        assert!(
+            max_abs_diff(&early(&a), &early(&b)) < 1e-6,
+            "the future leaked"
+        );
+        assert!(
+            max_abs_diff(&late(&a), &late(&b)) > 1e-2,
+            "key 5 must matter from 5 on"
+        );
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_not_panics() {
+        let (q, k, v) = qkv(2, 2, 5, 7, 4);
+        let dev = q.device();
+        let e = attention_linear(q.clone(), k.clone(), v.clone(), true, None, 4).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "causal linear attention needs as many queries as keys, got 5 and 7"
+        );
+        assert!(attention_linear(q.clone(), k.clone(), v.clone(), false, None, 4).is_ok());
+        let wrong = Mask::none().with_key_padding(padding_mask_from_lengths(&[3, 3], 5, &dev));
+        for e in [
+            attention_reference(q.clone(), k.clone(), v.clone(), &wrong, None, None)
+                .map(|_| ())
+                .unwrap_err(),
+            attention_fused(q.clone(), k.clone(), v.clone(), &wrong, None)
+                .map(|_| ())
+                .unwrap_err(),
+            attention_chunked(q.clone(), k.clone(), v.clone(), &wrong, None, 2, 2)
+                .map(|_| ())
+                .unwrap_err(),
+        ] {
+            assert_eq!(
+                e.to_string(),
+                "attention mask: expected shape broadcastable to [2, 2, 5, 7], got [2, 1, 1, 5]"
+            );
+        }
+        let e = attention_fused(
+            q.clone(),
+            k.clone().slice([0..1, 0..2, 0..7, 0..4]),
+            v,
+            &Mask::none(),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "attention keys: expected shape [2, 2, _, 4] (as the queries), got [1, 2, 7, 4]"
+        );
+        let e =
+            attention_sliding_window(q.clone(), k.clone(), k, 3, true, &[], None, 2).unwrap_err();
+        assert!(e.to_string().contains("as many keys as queries"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Batching for causal language modelling.
 
 use burn::data::dataloader::batcher::Batcher;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::Device;
+use burn::tensor::{Tensor, TensorData};
+pub use zoo_core::batch::{CausalLmBatch, Seq2SeqBatch};
 
 /// One causal-LM example: input ids and, per position, the id to predict next (`None`
 /// where nothing is predicted: left context in the prefix form, padding).
@@ -30,17 +32,6 @@ impl CausalLmItem {
     }
 }
 
-/// A batch of causal-LM examples, right-padded to the longest.
-#[derive(Debug, Clone)]
-pub struct CausalLmBatch {
-    /// `[B, T]` input ids (padding holds `pad_id`).
-    pub inputs: Tensor<2, Int>,
-    /// `[B, T]` target ids (0 where not predicted).
-    pub targets: Tensor<2, Int>,
-    /// `[B, T]`, `true` where a target counts in the loss.
-    pub target_mask: Tensor<2, Bool>,
-}
-
 /// Pads and stacks [`CausalLmItem`]s.
 #[derive(Debug, Clone)]
 pub struct CausalLmBatcher {
@@ -67,7 +58,11 @@ impl Batcher<CausalLmItem, CausalLmBatch> for CausalLmBatcher {
         let mut inputs = vec![self.pad_id as i64; b * t];
         let mut targets = vec![0i64; b * t];
         let mut mask = vec![false; b * t];
+        let mut padding = vec![true; b * t];
         for (r, item) in items.iter().enumerate() {
+            for c in 0..item.input.len() {
+                padding[r * t + c] = false;
+            }
             for (c, (&x, y)) in item.input.iter().zip(&item.target).enumerate() {
                 inputs[r * t + c] = x as i64;
                 if let Some(y) = y {
@@ -78,6 +73,7 @@ impl Batcher<CausalLmItem, CausalLmBatch> for CausalLmBatcher {
         }
         CausalLmBatch {
             inputs: Tensor::from_data(TensorData::new(inputs, [b, t]), device),
+            padding: Tensor::from_data(TensorData::new(padding, [b, t]), device),
             targets: Tensor::from_data(TensorData::new(targets, [b, t]), device),
             target_mask: Tensor::from_data(TensorData::new(mask, [b, t]), device),
         }
@@ -92,22 +88,6 @@ pub struct Seq2SeqItem {
     pub src: Vec<usize>,
     /// Target ids.
     pub tgt: Vec<usize>,
-}
-
-/// A batch for teacher forcing: the decoder reads `BOS + target` and predicts
-/// `target + EOS`.
-#[derive(Debug, Clone)]
-pub struct Seq2SeqBatch {
-    /// `[B, S]` source ids, right-padded.
-    pub src: Tensor<2, Int>,
-    /// `[B, S]`, `true` at source padding.
-    pub src_padding: Tensor<2, Bool>,
-    /// `[B, T]` decoder input: BOS then the target, right-padded.
-    pub tgt_in: Tensor<2, Int>,
-    /// `[B, T]` decoder targets: the target then EOS (0 at padding).
-    pub tgt_out: Tensor<2, Int>,
-    /// `[B, T]`, `true` where a target counts.
-    pub tgt_mask: Tensor<2, Bool>,
 }
 
 /// Pads and stacks [`Seq2SeqItem`]s.
@@ -206,6 +186,10 @@ mod tests {
         assert_eq!(
             zoo_device::testing::bools(batch.target_mask),
             vec![true, true, true, true, true, false]
+        );
+        assert_eq!(
+            zoo_device::testing::bools(batch.padding),
+            vec![false, false, false, false, false, true]
         );
     }
 }

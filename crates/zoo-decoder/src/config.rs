@@ -135,6 +135,11 @@ pub struct DecoderConfig {
     /// Initial weight std, N(0, std). Default: 0.02, as GPT-2.
     #[config(default = 0.02)]
     pub init_std: f64,
+    /// Each position attends only to the last `sliding_window` positions (itself
+    /// included), as Mistral; generation then keeps a rolling cache of that many
+    /// positions per layer. Default: none.
+    #[config(default = "None")]
+    pub sliding_window: Option<usize>,
 }
 
 impl DecoderConfig {
@@ -196,6 +201,7 @@ impl DecoderConfig {
             .with_qkv_bias(self.bias)
             .with_out_bias(self.bias)
             .with_dropout(self.dropout)
+            .with_window(self.sliding_window)
             .with_initializer(init.clone());
         if let PositionKind::Rope { theta, layout } = self.positions {
             attn = attn

@@ -3,8 +3,10 @@
 //! Decoder-only language models: one model whose [`DecoderConfig`] covers the GPT-2
 //! family (learned positions, LayerNorm, GELU-tanh MLP, fused QKV with biases, tied head)
 //! and the Llama family (RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases,
-//! optional untied head), with generation over a KV cache ([`generate`]) and the seeds'
-//! Laplace-smoothed bigram baseline ([`bigram`]).
+//! optional untied head, and Mistral's sliding window by config), and the seeds'
+//! Laplace-smoothed bigram baseline ([`bigram`]). The model implements `zoo-core`'s
+//! [`zoo_core::TokenLogits`] for training and [`zoo_core::CausalLm`] for generation with a
+//! KV cache through [`zoo_core::generate()`].
 //!
 //! Parameter names follow HF's `GPT2LMHeadModel` and `LlamaForCausalLM` where the two
 //! agree with the shared blocks of `zoo-attention`; [`config::HF_NAME_TABLE`] gives the
@@ -14,10 +16,9 @@
 pub mod bigram;
 pub mod config;
 mod error;
-pub mod generate;
+mod lm;
 pub mod model;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
-pub use generate::{Generation, GenerationConfig, generate};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};

@@ -6,9 +6,9 @@ use burn::module::Module;
 use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig,
 };
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
-use zoo_attention::{BlockInput, KvCache, Mask, Norm, TransformerBlock};
+use zoo_attention::{BlockInput, KvCache, Mask, Norm, Positions, TransformerBlock};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
@@ -30,26 +30,60 @@ pub struct DecoderLm {
     pub lm_head: Option<Linear>,
     vocab_size: usize,
     max_len: usize,
+    sliding_window: Option<usize>,
 }
 
 /// The input of a forward pass.
 #[derive(Debug, Clone)]
 pub struct DecoderInput {
     tokens: Tensor<2, Int>,
+    /// The largest id with its row and position, when the ids were built on the host:
+    /// then no read-back is needed to check them.
+    max_id: Option<(usize, usize, usize)>,
     key_padding: Option<Tensor<2, Bool>>,
-    positions: Option<Tensor<2, Int>>,
+    positions: Option<Positions>,
     need_weights: bool,
 }
 
 impl DecoderInput {
-    /// Token ids `[B, T]`.
+    /// Token ids `[B, T]` already on the device. The forward pass reads them back once to
+    /// check them against the vocabulary; [`Self::from_ids`] avoids that read.
     pub fn new(tokens: Tensor<2, Int>) -> Self {
         Self {
             tokens,
+            max_id: None,
             key_padding: None,
             positions: None,
             need_weights: false,
         }
+    }
+
+    /// Token ids from the host, one row per sequence; checked there, so the forward pass
+    /// never reads the device back for them.
+    ///
+    /// # Errors
+    /// No rows, empty rows, or rows of different lengths.
+    pub fn from_ids(rows: &[Vec<usize>], device: &Device) -> Result<Self> {
+        let t = rows.first().map_or(0, Vec::len);
+        if t == 0 || rows.iter().any(|r| r.len() != t) {
+            return Err(DecoderError::Generation(format!(
+                "token rows must be non-empty and of equal length, got lengths {:?}",
+                rows.iter().map(Vec::len).collect::<Vec<_>>()
+            )));
+        }
+        let flat: Vec<i64> = rows.iter().flatten().map(|&id| id as i64).collect();
+        let max_id = rows
+            .iter()
+            .enumerate()
+            .flat_map(|(r, row)| row.iter().enumerate().map(move |(p, &id)| (id, r, p)))
+            .max_by_key(|&(id, r, p)| (id, std::cmp::Reverse((r, p))));
+        Ok(Self {
+            max_id,
+            ..Self::new(Tensor::from_data(
+                TensorData::new(flat, [rows.len(), t]),
+                device,
+            ))
+        })
     }
 
     /// Padding keys, `[B, Tk]`, `true` at padding (left-padded batches). With a cache,
@@ -61,7 +95,7 @@ impl DecoderInput {
 
     /// The position of every token, `[B, T]`; by default `0..T` (or the cache's count
     /// onwards).
-    pub fn positions(mut self, positions: Tensor<2, Int>) -> Self {
+    pub fn positions(mut self, positions: Positions) -> Self {
         self.positions = Some(positions);
         self
     }
@@ -131,6 +165,7 @@ impl DecoderConfig {
             }),
             vocab_size: self.vocab_size,
             max_len: self.max_len,
+            sliding_window: self.sliding_window,
         })
     }
 }
@@ -146,24 +181,42 @@ impl DecoderLm {
         self.max_len
     }
 
-    /// An empty cache for every layer, sized to the model's positions.
+    /// The sliding window, if the model has one.
+    pub fn sliding_window(&self) -> Option<usize> {
+        self.sliding_window
+    }
+
+    /// An empty cache for every layer: bounded by the model's positions, or a rolling
+    /// cache of the window's size with a sliding window.
     pub fn new_cache(&self) -> DecoderCache {
+        let cache = match self.sliding_window.map(KvCache::sliding) {
+            Some(Ok(c)) => c,
+            _ => KvCache::new(self.max_len),
+        };
         DecoderCache {
-            layers: self
-                .layers
-                .iter()
-                .map(|_| KvCache::new(self.max_len))
-                .collect(),
+            layers: self.layers.iter().map(|_| cache.clone()).collect(),
         }
     }
 
-    fn check_tokens(&self, tokens: &Tensor<2, Int>, offset: usize) -> Result<()> {
+    fn check_tokens(&self, input: &DecoderInput, offset: usize) -> Result<()> {
+        let tokens = &input.tokens;
         let [_, t] = tokens.dims();
         if offset + t > self.max_len {
             return Err(DecoderError::TooLong {
                 len: offset + t,
                 max_len: self.max_len,
             });
+        }
+        if let Some((id, row, position)) = input.max_id {
+            if id >= self.vocab_size {
+                return Err(DecoderError::TokenOutOfRange {
+                    id: id as i64,
+                    row,
+                    position,
+                    vocab_size: self.vocab_size,
+                });
+            }
+            return Ok(());
         }
         let ids = tokens
             .to_data()
@@ -188,24 +241,30 @@ impl DecoderLm {
     fn embed(
         &self,
         tokens: Tensor<2, Int>,
-        positions: Option<&Tensor<2, Int>>,
+        positions: Option<&Positions>,
         offset: usize,
     ) -> Result<Tensor<3>> {
-        let [_, t] = tokens.dims();
+        let [b, t] = tokens.dims();
         let device = tokens.device();
+        if let Some(p) = positions {
+            if p.dims() != [b, t] {
+                return Err(DecoderError::Generation(format!(
+                    "positions have shape {:?}, the tokens [{b}, {t}]",
+                    p.dims()
+                )));
+            }
+            // Checked on the host: no read-back.
+            if p.max() >= self.max_len {
+                return Err(DecoderError::TooLong {
+                    len: p.max() + 1,
+                    max_len: self.max_len,
+                });
+            }
+        }
         let mut x = self.wte.forward(tokens);
         if let Some(wpe) = &self.wpe {
             x = match positions {
-                Some(p) => {
-                    let top = p.clone().max().into_scalar::<i64>();
-                    if top < 0 || top as usize >= self.max_len {
-                        return Err(DecoderError::TooLong {
-                            len: top.max(0) as usize + 1,
-                            max_len: self.max_len,
-                        });
-                    }
-                    x + wpe.embedding.forward(p.clone())
-                }
+                Some(p) => x + wpe.embedding.forward(p.tensor().clone()),
                 None => x + wpe.forward(t, offset, &device)?,
             };
         }
@@ -235,7 +294,7 @@ impl DecoderLm {
     /// # Errors
     /// A token id outside the vocabulary, or `T > max_len`.
     pub fn forward(&self, input: DecoderInput) -> Result<DecoderOutput> {
-        self.check_tokens(&input.tokens, 0)?;
+        self.check_tokens(&input, 0)?;
         let mut h = self.embed(input.tokens, input.positions.as_ref(), 0)?;
         let mut mask = Mask::causal();
         if let Some(pad) = input.key_padding {
@@ -273,7 +332,7 @@ impl DecoderLm {
         cache: &mut DecoderCache,
     ) -> Result<DecoderOutput> {
         let offset = cache.seen();
-        self.check_tokens(&input.tokens, offset)?;
+        self.check_tokens(&input, offset)?;
         if cache.layers.len() != self.layers.len() {
             return Err(DecoderError::Generation(format!(
                 "cache has {} layers, the model {}",
@@ -375,15 +434,70 @@ mod tests {
 
     #[test]
     fn tiny_model_values_follow_the_definition() {
-        // A zero model predicts uniformly: every logit is zero after the tied head.
-        let mut m = tiny_gpt();
-        m.wte.weight = Param::from_tensor(Tensor::zeros([11, 16], &test_device()));
-        let logits = m
-            .forward(DecoderInput::new(tokens(&[&[1, 2]])))
+        // One layer computed by hand from the model's own parts: embedding plus learned
+        // position, the pre-norm block's two sub-layers, the final norm, the tied head.
+        let m = DecoderConfig::new(11, 16, 1, 4, 12)
+            .init(&test_device())
+            .unwrap();
+        let toks = tokens(&[&[1, 2, 5]]);
+        let got = m.forward(DecoderInput::new(toks.clone())).unwrap().logits;
+        let dev = test_device();
+        let pos = Tensor::<1, Int>::arange(0..3, &dev).reshape([1, 3]);
+        let x = m.wte.forward(toks) + m.wpe.as_ref().unwrap().embedding.forward(pos);
+        let layer = &m.layers[0];
+        let attn = layer
+            .self_attn
+            .forward(
+                zoo_attention::AttentionInput::self_attn(layer.norm_1.forward(x.clone())).causal(),
+            )
+            .unwrap()
+            .context;
+        let h = x + attn;
+        let h = h.clone() + layer.mlp.forward(layer.norm_2.forward(h)).unwrap();
+        let w = m.wte.weight.val().transpose().unsqueeze::<3>(); // [1, D, V]
+        let want = m.norm_f.forward(h).matmul(w);
+        assert!(
+            max_abs_diff(&got, &want) < 1e-5,
+            "{}",
+            max_abs_diff(&got, &want)
+        );
+        // The logits are not trivially small: the check above compares real values.
+        let spread = got.clone().max().into_scalar::<f32>() - got.min().into_scalar::<f32>();
+        assert!(spread > 1e-2, "{spread}");
+    }
+
+    #[test]
+    fn host_ids_and_positions_are_checked_without_reading_the_device() {
+        let m = tiny_gpt();
+        let dev = test_device();
+        let e = m
+            .forward(DecoderInput::from_ids(&[vec![1, 2], vec![3, 11]], &dev).unwrap())
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "token id 11 at batch row 1, position 1 is out of range for vocab_size 11"
+        );
+        let p = Positions::from_rows(&[vec![10, 12]], &dev).unwrap();
+        let e = m
+            .forward(
+                DecoderInput::from_ids(&[vec![1, 2]], &dev)
+                    .unwrap()
+                    .positions(p),
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "sequence of 13 tokens is longer than max_len 12"
+        );
+        let a = m
+            .forward(DecoderInput::from_ids(&[vec![1, 2, 3]], &dev).unwrap())
             .unwrap()
             .logits;
-        let v = logits.into_data().try_to_vec::<f32>().unwrap();
-        assert!(v.iter().all(|x| x.abs() < 1e-6));
+        let b = m
+            .forward(DecoderInput::new(tokens(&[&[1, 2, 3]])))
+            .unwrap()
+            .logits;
+        assert!(max_abs_diff(&a, &b) == 0.0);
     }
 
     #[test]

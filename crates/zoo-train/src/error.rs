@@ -22,6 +22,14 @@ pub enum TrainError {
         /// The loss value.
         value: f32,
     },
+    /// The model's forward pass failed on a batch; the weights kept are the last good ones.
+    #[error("the model failed at batch {batch}: {message}; training stopped")]
+    Model {
+        /// The training batch within this process's run (1-based).
+        batch: usize,
+        /// The model's error.
+        message: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

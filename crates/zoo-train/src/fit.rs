@@ -430,6 +430,9 @@ where
     let schedule = WarmupCosine::new(cfg.lr, cfg.min_lr, cfg.warmup_steps, plan.total_steps());
     let result = training.launch(Learner::new(task, optim.init(), schedule));
 
+    if let Some((batch, message)) = guard.failed() {
+        return Err(TrainError::Model { batch, message });
+    }
     if let Some((batch, value)) = guard.tripped() {
         // The guard counts the batches of this process, on every replica.
         let per_round = plan.batches_per_round.max(1) * cfg.replicas();

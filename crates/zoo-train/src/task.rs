@@ -1,6 +1,7 @@
 //! Task adapters: wrapper modules that implement burn-train's `TrainStep` and
-//! `InferenceStep` for the families' models (the orphan rule keeps those impls out of
-//! the family crates).
+//! `InferenceStep` over `zoo-core`'s model traits, so any model that implements one of
+//! them trains here, whatever its family (the orphan rule keeps these impls out of the
+//! family crates, and this crate depends on no family).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,47 +13,13 @@ use burn::tensor::{Bool, Int, Tensor};
 use burn::train::{
     ClassificationOutput, InferenceStep, Interrupter, SequenceOutput, TrainOutput, TrainStep,
 };
-use zoo_data::{CausalLmBatch, Seq2SeqBatch};
+pub use zoo_core::{
+    CausalLmBatch, ClassLogits, ClassificationBatch, ModelError, Seq2SeqBatch, Seq2SeqLogits,
+    TokenLogits,
+};
 
-/// A model that maps token ids `[B, T]` to logits `[B, T, V]`: causal or masked LM.
-pub trait TokenLogits: Module + burn::module::ModuleDisplay + 'static {
-    /// # Shapes
-    /// - `tokens`: `[B, T]` -> `[B, T, V]`
-    fn token_logits(&self, tokens: Tensor<2, Int>) -> Tensor<3>;
-}
-
-impl TokenLogits for zoo_decoder::DecoderLm {
-    fn token_logits(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        self.forward(zoo_decoder::DecoderInput::new(tokens))
-            .expect("batches are built from the model's own vocabulary and block size")
-            .logits
-    }
-}
-
-/// An encoder-decoder that maps a source and the decoder's input (teacher forcing) to
-/// next-token logits.
-pub trait Seq2SeqLogits: Module + burn::module::ModuleDisplay + 'static {
-    /// # Shapes
-    /// - `src`: `[B, S]`, `src_padding`: `[B, S]` (`true` at padding), `tgt_in`: `[B, T]`
-    /// - returns `[B, T, V]`
-    fn seq2seq_logits(
-        &self,
-        src: Tensor<2, Int>,
-        src_padding: Tensor<2, Bool>,
-        tgt_in: Tensor<2, Int>,
-    ) -> Tensor<3>;
-}
-
-/// A model that maps a batch of inputs to class logits `[B, C]`.
-pub trait ClassLogits: Module + burn::module::ModuleDisplay + 'static {
-    /// The model's input (token ids, features, images).
-    type Input: Clone + Send + 'static;
-    /// # Shapes
-    /// - returns `[B, C]`
-    fn class_logits(&self, input: Self::Input) -> Tensor<2>;
-}
-
-/// Stops training on the first NaN or infinite loss and remembers where.
+/// Stops training on the first NaN or infinite loss, or the first error of the model's
+/// forward pass, and remembers where.
 #[derive(Default)]
 pub struct NanGuard {
     state: Mutex<GuardState>,
@@ -71,6 +38,7 @@ impl core::fmt::Debug for NanGuard {
 struct GuardState {
     steps: usize,
     tripped: Option<(usize, f32)>,
+    failed: Option<(usize, String)>,
     interrupter: Option<Interrupter>,
 }
 
@@ -95,6 +63,23 @@ impl NanGuard {
                 i.stop(Some("non-finite loss"));
             }
         }
+    }
+
+    /// Records a failed forward pass and stops the training.
+    fn fail(&self, error: &ModelError) {
+        let mut s = self.state.lock().expect("guard lock");
+        s.steps += 1;
+        if s.failed.is_none() {
+            s.failed = Some((s.steps, error.to_string()));
+            if let Some(i) = &s.interrupter {
+                i.stop(Some("the model's forward pass failed"));
+            }
+        }
+    }
+
+    /// The step (1-based) and message of the first failed forward pass, if any.
+    pub fn failed(&self) -> Option<(usize, String)> {
+        self.state.lock().expect("guard lock").failed.clone()
     }
 
     /// The step (1-based) and value of the first non-finite loss, if any.
@@ -151,9 +136,12 @@ impl<M: TokenLogits> CausalLmTask<M> {
     }
 
     /// Loss and the counted positions' logits and targets.
-    pub fn forward(&self, batch: CausalLmBatch) -> SequenceOutput {
-        let logits = self.model.token_logits(batch.inputs);
-        counted_positions(logits, batch.targets, batch.target_mask)
+    ///
+    /// # Errors
+    /// The model's own.
+    pub fn forward(&self, batch: CausalLmBatch) -> Result<SequenceOutput, ModelError> {
+        let logits = self.model.token_logits(batch.inputs, Some(batch.padding))?;
+        Ok(counted_positions(logits, batch.targets, batch.target_mask))
     }
 }
 
@@ -164,20 +152,12 @@ fn guarded_optimize<T: Module>(
     lr: ModuleLearningRate,
     grads: GradientsParams,
 ) -> T {
-    // After a non-finite loss the weights stay as they were: the last good ones.
-    if guard.is_some_and(|g| g.tripped().is_some()) {
+    // After a non-finite loss or a failed step the weights stay as they were: the last
+    // good ones.
+    if guard.is_some_and(|g| g.tripped().is_some() || g.failed().is_some()) {
         return task;
     }
     optim.step(lr, task, grads)
-}
-
-/// A batch for classification: the model's input and one class per example.
-#[derive(Debug, Clone)]
-pub struct ClassificationBatch<X> {
-    /// The model's input.
-    pub inputs: X,
-    /// `[B]` class ids.
-    pub targets: Tensor<1, Int>,
 }
 
 /// Sequence or image classification with cross-entropy and accuracy.
@@ -196,16 +176,22 @@ impl<M: ClassLogits> ClassificationTask<M> {
     }
 
     /// Loss, logits and targets.
-    pub fn forward(&self, batch: ClassificationBatch<M::Input>) -> ClassificationOutput {
-        let output = self.model.class_logits(batch.inputs);
+    ///
+    /// # Errors
+    /// The model's own.
+    pub fn forward(
+        &self,
+        batch: ClassificationBatch<M::Input>,
+    ) -> Result<ClassificationOutput, ModelError> {
+        let output = self.model.class_logits(batch.inputs)?;
         let loss = CrossEntropyLossConfig::new()
             .init(&output.device())
             .forward(output.clone(), batch.targets.clone());
-        ClassificationOutput {
+        Ok(ClassificationOutput {
             loss,
             output,
             targets: batch.targets,
-        }
+        })
     }
 }
 
@@ -226,11 +212,14 @@ impl<M: Seq2SeqLogits> Seq2SeqTask<M> {
     }
 
     /// Loss and the counted positions' logits and targets.
-    pub fn forward(&self, batch: Seq2SeqBatch) -> SequenceOutput {
+    ///
+    /// # Errors
+    /// The model's own.
+    pub fn forward(&self, batch: Seq2SeqBatch) -> Result<SequenceOutput, ModelError> {
         let logits = self
             .model
-            .seq2seq_logits(batch.src, batch.src_padding, batch.tgt_in);
-        counted_positions(logits, batch.tgt_out, batch.tgt_mask)
+            .seq2seq_logits(batch.src, batch.src_padding, batch.tgt_in)?;
+        Ok(counted_positions(logits, batch.tgt_out, batch.tgt_mask))
     }
 }
 
@@ -244,13 +233,25 @@ pub trait Guarded {
 /// `forward(batch) -> output` method and a `guard` field: the loss is checked by the
 /// guard, and a tripped guard skips the optimiser step.
 macro_rules! supervised_steps {
-    ($task:ident, $bound:path, $input:ty, $output:ty) => {
+    ($task:ident, $bound:path, $input:ty, $output:ty, $placeholder:path) => {
         impl<M: $bound> TrainStep for $task<M> {
             type Input = $input;
             type Output = $output;
 
             fn step(&self, batch: $input) -> TrainOutput<$output> {
-                let out = self.forward(batch);
+                let out = match self.forward(batch) {
+                    Ok(out) => out,
+                    Err(e) => {
+                        // Stop the run and hand the learner an empty step; `fit` reports
+                        // the error once the learner has stopped.
+                        let out = failed_step(
+                            self.guard.as_ref(),
+                            &e,
+                            $placeholder(&self.model.devices()[0]),
+                        );
+                        return TrainOutput::new(self, out.loss.backward(), out);
+                    }
+                };
                 if let Some(g) = &self.guard {
                     g.observe(out.loss.clone().into_scalar::<f32>());
                 }
@@ -273,7 +274,14 @@ macro_rules! supervised_steps {
             type Output = $output;
 
             fn step(&self, batch: $input) -> $output {
-                self.forward(batch)
+                match self.forward(batch) {
+                    Ok(out) => out,
+                    Err(e) => failed_step(
+                        self.guard.as_ref(),
+                        &e,
+                        $placeholder(&self.model.devices()[0]),
+                    ),
+                }
             }
         }
 
@@ -286,13 +294,59 @@ macro_rules! supervised_steps {
     };
 }
 
-supervised_steps!(CausalLmTask, TokenLogits, CausalLmBatch, SequenceOutput);
-supervised_steps!(Seq2SeqTask, Seq2SeqLogits, Seq2SeqBatch, SequenceOutput);
+/// A step whose forward pass failed: the guard records the error and stops the run (the
+/// learner needs an output to carry on to its stop, so it gets `placeholder`, whose zero
+/// loss moves no weight). Without a guard nothing can report the error later, so it
+/// panics with the error's message.
+fn failed_step<O>(guard: Option<&Arc<NanGuard>>, error: &ModelError, placeholder: O) -> O {
+    match guard {
+        Some(g) => {
+            g.fail(error);
+            placeholder
+        }
+        None => panic!("the model's forward pass failed: {error}"),
+    }
+}
+
+/// An empty sequence output: zero loss over one position of one class.
+fn empty_sequence_output(device: &burn::tensor::Device) -> SequenceOutput {
+    SequenceOutput {
+        loss: Tensor::zeros([1], device),
+        logits: Tensor::zeros([1, 1, 1], device),
+        predictions: None,
+        targets: Tensor::zeros([1, 1], device),
+    }
+}
+
+/// An empty classification output: zero loss over one example of one class.
+fn empty_classification_output(device: &burn::tensor::Device) -> ClassificationOutput {
+    ClassificationOutput {
+        loss: Tensor::zeros([1], device),
+        output: Tensor::zeros([1, 1], device),
+        targets: Tensor::zeros([1], device),
+    }
+}
+
+supervised_steps!(
+    CausalLmTask,
+    TokenLogits,
+    CausalLmBatch,
+    SequenceOutput,
+    empty_sequence_output
+);
+supervised_steps!(
+    Seq2SeqTask,
+    Seq2SeqLogits,
+    Seq2SeqBatch,
+    SequenceOutput,
+    empty_sequence_output
+);
 supervised_steps!(
     ClassificationTask,
     ClassLogits,
     ClassificationBatch<M::Input>,
-    ClassificationOutput
+    ClassificationOutput,
+    empty_classification_output
 );
 
 #[cfg(test)]
@@ -324,16 +378,23 @@ mod tests {
     }
 
     impl TokenLogits for TableLogits {
-        fn token_logits(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-            self.table.forward(tokens)
+        fn token_logits(
+            &self,
+            tokens: Tensor<2, Int>,
+            _padding: Option<Tensor<2, Bool>>,
+        ) -> Result<Tensor<3>, ModelError> {
+            Ok(self.table.forward(tokens))
         }
     }
 
     impl ClassLogits for TableLogits {
         type Input = Tensor<1, Int>;
-        fn class_logits(&self, ids: Tensor<1, Int>) -> Tensor<2> {
+        fn class_logits(&self, ids: Tensor<1, Int>) -> Result<Tensor<2>, ModelError> {
             let n = ids.dims()[0];
-            self.table.forward(ids.reshape([1, n])).reshape([n, 3])
+            if ids.clone().max().into_scalar::<i64>() >= 3 {
+                return Err(ModelError::msg("class id out of range"));
+            }
+            Ok(self.table.forward(ids.reshape([1, n])).reshape([n, 3]))
         }
     }
 
@@ -361,10 +422,11 @@ mod tests {
         let marked = [true, false, true, false, false, true];
         let batch = |targets: &[i64]| CausalLmBatch {
             inputs: ints(&inputs, [2, 3]),
+            padding: mask(&[false; 6], [2, 3]),
             targets: ints(targets, [2, 3]),
             target_mask: mask(&marked, [2, 3]),
         };
-        let out = task.forward(batch(&targets));
+        let out = task.forward(batch(&targets)).unwrap();
         let expected = (nll(0, 1) + nll(2, 2) + nll(1, 1)) / 3.0;
         let loss = out.loss.into_scalar::<f32>();
         assert!(
@@ -373,7 +435,7 @@ mod tests {
         );
         assert_eq!(zoo_device::testing::ints(out.targets), [1, 2, 1]);
         // Targets at unmarked positions do not matter.
-        let other = task.forward(batch(&[1, 2, 2, 1, 0, 1]));
+        let other = task.forward(batch(&[1, 2, 2, 1, 0, 1])).unwrap();
         assert_eq!(other.loss.into_scalar::<f32>(), loss);
     }
 
@@ -384,12 +446,35 @@ mod tests {
             Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 1], [3]), &test_device());
         let targets =
             Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &test_device());
-        let out = task.forward(ClassificationBatch {
-            inputs: ids,
-            targets,
-        });
+        let out = task
+            .forward(ClassificationBatch {
+                inputs: ids,
+                targets: targets.clone(),
+            })
+            .unwrap();
         let expected = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
         let loss = f64::from(out.loss.into_scalar::<f32>());
         assert!((loss - expected).abs() < 1e-5, "{loss} vs {expected}");
+    }
+
+    #[test]
+    fn a_failed_forward_stops_the_guarded_step_without_panicking() {
+        let guard = NanGuard::new(Interrupter::new());
+        let task = ClassificationTask::new(TableLogits::new()).guarded(guard.clone());
+        let bad = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 5], [2]), &test_device());
+        let targets =
+            Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1], [2]), &test_device());
+        let out = InferenceStep::step(
+            &task,
+            ClassificationBatch {
+                inputs: bad,
+                targets,
+            },
+        );
+        assert_eq!(out.loss.into_scalar::<f32>(), 0.0);
+        assert_eq!(
+            guard.failed(),
+            Some((1, "class id out of range".to_string()))
+        );
     }
 }

@@ -23,7 +23,7 @@ use zoo_attention::{
 use zoo_data::Seq2SeqItem;
 use zoo_data::digits::{CLASSES, DigitImage, SIDE};
 
-use crate::task::{ClassLogits, ClassificationBatch, Seq2SeqLogits};
+use crate::task::{ClassLogits, ClassificationBatch, ModelError, Seq2SeqLogits};
 
 /// One example: features and a class.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,8 +105,8 @@ impl Mlp {
 impl ClassLogits for Mlp {
     type Input = Tensor<2>;
 
-    fn class_logits(&self, x: Tensor<2>) -> Tensor<2> {
-        self.fc2.forward(relu(self.fc1.forward(x)))
+    fn class_logits(&self, x: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        Ok(self.fc2.forward(relu(self.fc1.forward(x))))
     }
 }
 
@@ -162,10 +162,10 @@ impl DigitCnn {
 impl ClassLogits for DigitCnn {
     type Input = Tensor<4>;
 
-    fn class_logits(&self, x: Tensor<4>) -> Tensor<2> {
+    fn class_logits(&self, x: Tensor<4>) -> Result<Tensor<2>, ModelError> {
         let x = relu(self.conv1.forward(x));
         let x = self.pool.forward(relu(self.conv2.forward(x)));
-        self.head.forward(x.flatten(1, 3))
+        Ok(self.head.forward(x.flatten(1, 3)))
     }
 }
 
@@ -238,20 +238,26 @@ impl Seq2SeqLogits for ToySeq2Seq {
         src: Tensor<2, Int>,
         src_padding: Tensor<2, Bool>,
         tgt_in: Tensor<2, Int>,
-    ) -> Tensor<3> {
+    ) -> Result<Tensor<3>, ModelError> {
         let device = src.device();
         let [_, s] = src.dims();
         let [_, t] = tgt_in.dims();
-        let x =
-            self.src_emb.forward(src) + self.src_pos.forward(s, 0, &device).expect("source fits");
+        let x = self.src_emb.forward(src)
+            + self
+                .src_pos
+                .forward(s, 0, &device)
+                .map_err(ModelError::new)?;
         let memory_mask = Mask::none().with_key_padding(src_padding);
         let memory = self
             .encoder
             .forward(BlockInput::new(x).mask(memory_mask.clone()))
-            .expect("encoder shapes")
+            .map_err(ModelError::new)?
             .hidden;
         let y = self.tgt_emb.forward(tgt_in)
-            + self.tgt_pos.forward(t, 0, &device).expect("target fits");
+            + self
+                .tgt_pos
+                .forward(t, 0, &device)
+                .map_err(ModelError::new)?;
         let h = self
             .decoder
             .forward(
@@ -259,8 +265,8 @@ impl Seq2SeqLogits for ToySeq2Seq {
                     .mask(Mask::causal())
                     .memory(memory, memory_mask),
             )
-            .expect("decoder shapes")
+            .map_err(ModelError::new)?
             .hidden;
-        self.out.forward(h)
+        Ok(self.out.forward(h))
     }
 }

@@ -50,13 +50,14 @@ fn main() {
                         None,
                         None,
                     )
+                    .unwrap()
                     .0
                 }),
             ),
             (
                 "fused",
                 Box::new(|| {
-                    attention_fused(q.clone(), k.clone(), v.clone(), &Mask::causal(), None)
+                    attention_fused(q.clone(), k.clone(), v.clone(), &Mask::causal(), None).unwrap()
                 }),
             ),
             (
@@ -71,6 +72,7 @@ fn main() {
                         128,
                         128,
                     )
+                    .unwrap()
                 }),
             ),
             (
@@ -86,11 +88,14 @@ fn main() {
                         None,
                         128,
                     )
+                    .unwrap()
                 }),
             ),
             (
                 "linear (elu+1)",
-                Box::new(|| attention_linear(q.clone(), k.clone(), v.clone(), true, None, 128)),
+                Box::new(|| {
+                    attention_linear(q.clone(), k.clone(), v.clone(), true, None, 128).unwrap()
+                }),
             ),
         ];
         for (name, f) in &paths {

@@ -1,0 +1,623 @@
+//! Text generation written once for every model that implements [`CausalLm`]: greedy
+//! decoding and sampling (temperature, top-k, top-p), a repetition penalty, stop tokens,
+//! batched prompts of unequal length, and a KV cache (on by default).
+//!
+//! Prompts are left-padded to the longest; padding keys are masked and each row's
+//! positions start at its first real token, so a batched prompt decodes as it would alone.
+//! Every id and position is built and checked on the host; the loop reads back from the
+//! device only the logits it samples from.
+
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+use crate::error::CoreError;
+use crate::model::{CausalLm, DecodeStep};
+
+/// How to pick the next tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationConfig {
+    /// Most tokens to add to each prompt (fewer when the model's `max_len` is reached).
+    pub max_new_tokens: usize,
+    /// Softmax temperature; 0 means greedy (argmax).
+    pub temperature: f64,
+    /// Keep only the `k` most likely tokens before sampling.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches `p` (nucleus sampling,
+    /// Holtzman et al., 2020).
+    pub top_p: Option<f64>,
+    /// Penalty on tokens already in the sequence (Keskar et al., 2019): positive logits
+    /// are divided by it, negative ones multiplied. 1 is off.
+    pub repetition_penalty: f64,
+    /// Generation of a row stops after it emits one of these.
+    pub stop_tokens: Vec<usize>,
+    /// Seed of the sampler.
+    pub seed: u64,
+    /// Decode with a KV cache (default) or recompute the whole sequence every step.
+    pub use_cache: bool,
+    /// Token used to left-pad shorter prompts (it is masked; any valid id works).
+    pub pad_id: usize,
+}
+
+impl GenerationConfig {
+    /// Greedy decoding of up to `max_new_tokens`.
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        Self {
+            max_new_tokens,
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            repetition_penalty: 1.0,
+            stop_tokens: Vec::new(),
+            seed: 0,
+            use_cache: true,
+            pad_id: 0,
+        }
+    }
+
+    /// Sampling at `temperature` with a seed.
+    pub fn sampling(max_new_tokens: usize, temperature: f64, seed: u64) -> Self {
+        Self {
+            temperature,
+            seed,
+            ..Self::greedy(max_new_tokens)
+        }
+    }
+
+    /// Sets top-k.
+    pub fn with_top_k(mut self, k: usize) -> Self {
+        self.top_k = Some(k);
+        self
+    }
+
+    /// Sets top-p.
+    pub fn with_top_p(mut self, p: f64) -> Self {
+        self.top_p = Some(p);
+        self
+    }
+
+    /// Sets the repetition penalty.
+    pub fn with_repetition_penalty(mut self, penalty: f64) -> Self {
+        self.repetition_penalty = penalty;
+        self
+    }
+
+    /// Sets the stop tokens.
+    pub fn with_stop_tokens(mut self, stop: Vec<usize>) -> Self {
+        self.stop_tokens = stop;
+        self
+    }
+
+    /// Turns the KV cache on or off.
+    pub fn with_cache(mut self, use_cache: bool) -> Self {
+        self.use_cache = use_cache;
+        self
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// A negative temperature, `top_k = 0`, `top_p` outside `(0, 1]`, or a penalty ≤ 0.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let bad = |m: String| Err(CoreError::Generation(m));
+        if self.temperature.is_nan() || self.temperature < 0.0 {
+            return bad(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
+        }
+        if self.top_k == Some(0) {
+            return bad("top_k must be >= 1, got 0".into());
+        }
+        if let Some(p) = self.top_p.filter(|p| p.is_nan() || *p <= 0.0 || *p > 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {p}"));
+        }
+        if self.repetition_penalty.is_nan() || self.repetition_penalty <= 0.0 {
+            return bad(format!(
+                "repetition_penalty must be > 0, got {}",
+                self.repetition_penalty
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What [`generate`] produced.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The new tokens of each prompt, the stop token included when one was emitted.
+    pub tokens: Vec<Vec<usize>>,
+    /// Whether each row ended on a stop token.
+    pub stopped: Vec<bool>,
+    /// Wall time of the decoding loop (prompt processing included).
+    pub elapsed: Duration,
+}
+
+impl Generation {
+    /// New tokens per second over all rows.
+    pub fn tokens_per_second(&self) -> f64 {
+        let n: usize = self.tokens.iter().map(Vec::len).sum();
+        n as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Applies the repetition penalty to the logits of tokens in `history`.
+pub fn apply_repetition_penalty(logits: &mut [f32], history: &[usize], penalty: f64) {
+    if penalty == 1.0 {
+        return;
+    }
+    let mut seen = vec![false; logits.len()];
+    for &t in history {
+        if t < logits.len() && !seen[t] {
+            seen[t] = true;
+            let l = logits[t] as f64;
+            logits[t] = if l > 0.0 { l / penalty } else { l * penalty } as f32;
+        }
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// The distribution that sampling draws from for one row of logits, after the repetition
+/// penalty, the temperature, top-k and top-p: `(token, probability)` pairs, most likely
+/// first, summing to 1. Greedy settings (temperature 0) give the argmax with probability 1.
+pub fn next_token_distribution(
+    logits: &[f32],
+    history: &[usize],
+    cfg: &GenerationConfig,
+) -> Vec<(usize, f64)> {
+    let mut l = logits.to_vec();
+    apply_repetition_penalty(&mut l, history, cfg.repetition_penalty);
+    if cfg.temperature == 0.0 {
+        return vec![(argmax(&l), 1.0)];
+    }
+    let mut order: Vec<usize> = (0..l.len()).collect();
+    order.sort_by(|&a, &b| l[b].total_cmp(&l[a]));
+    if let Some(k) = cfg.top_k {
+        order.truncate(k.max(1));
+    }
+    let max = l[order[0]] as f64;
+    let mut probs: Vec<f64> = order
+        .iter()
+        .map(|&i| ((l[i] as f64 - max) / cfg.temperature).exp())
+        .collect();
+    let total: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= total);
+    if let Some(top_p) = cfg.top_p {
+        let mut cum = 0.0;
+        let mut keep = 0;
+        for p in &probs {
+            keep += 1;
+            cum += p;
+            if cum >= top_p {
+                break;
+            }
+        }
+        order.truncate(keep);
+        probs.truncate(keep);
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+    }
+    order.into_iter().zip(probs).collect()
+}
+
+/// Picks one token from one row of logits.
+pub fn pick_token(
+    logits: &[f32],
+    history: &[usize],
+    cfg: &GenerationConfig,
+    rng: &mut impl Rng,
+) -> usize {
+    let dist = next_token_distribution(logits, history, cfg);
+    if dist.len() == 1 {
+        return dist[0].0;
+    }
+    let u: f64 = rng.random();
+    let mut cum = 0.0;
+    for &(token, p) in &dist {
+        cum += p;
+        if u < cum {
+            return token;
+        }
+    }
+    // Rounding can leave the cumulative sum a hair under 1.
+    dist.last().map_or(0, |&(token, _)| token)
+}
+
+/// Checks prompts and settings against the model before anything runs.
+fn check_prompts(
+    prompts: &[Vec<usize>],
+    cfg: &GenerationConfig,
+    vocab_size: usize,
+    max_len: usize,
+) -> Result<(), CoreError> {
+    cfg.validate()?;
+    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+        return Err(CoreError::Generation(
+            "every prompt needs at least one token".into(),
+        ));
+    }
+    if cfg.pad_id >= vocab_size {
+        return Err(CoreError::Generation(format!(
+            "pad_id {} is out of range for vocab_size {vocab_size}",
+            cfg.pad_id
+        )));
+    }
+    for (row, prompt) in prompts.iter().enumerate() {
+        if let Some(&id) = prompt.iter().find(|&&id| id >= vocab_size) {
+            return Err(CoreError::TokenOutOfRange {
+                id,
+                row,
+                vocab_size,
+            });
+        }
+    }
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    if longest > max_len {
+        return Err(CoreError::TooLong {
+            len: longest,
+            max_len,
+        });
+    }
+    Ok(())
+}
+
+/// Generates continuations of `prompts`, calling `on_token(row, token)` for each new
+/// token as it is chosen (streaming).
+///
+/// # Errors
+/// Empty prompts, ids outside the vocabulary, a prompt longer than the model's `max_len`,
+/// invalid settings, or a failure of the model.
+pub fn generate<M: CausalLm>(
+    model: &M,
+    prompts: &[Vec<usize>],
+    cfg: &GenerationConfig,
+    mut on_token: impl FnMut(usize, usize),
+) -> Result<Generation, CoreError> {
+    let max_len = model.max_len();
+    check_prompts(prompts, cfg, model.vocab_size(), max_len)?;
+    let b = prompts.len();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
+    let max_new = cfg.max_new_tokens.min(max_len - longest);
+    // Every row's tokens so far, left-padded.
+    let mut seqs: Vec<Vec<usize>> = prompts
+        .iter()
+        .zip(&pads)
+        .map(|(p, &n)| {
+            std::iter::repeat_n(cfg.pad_id, n)
+                .chain(p.iter().copied())
+                .collect()
+        })
+        .collect();
+    let step_input = |seqs: &[Vec<usize>], from: usize, to: usize| DecodeStep {
+        tokens: seqs.iter().map(|s| s[from..to].to_vec()).collect(),
+        positions: pads
+            .iter()
+            .map(|&p| (from..to).map(|s| s.saturating_sub(p)).collect())
+            .collect(),
+        key_padding: pads
+            .iter()
+            .map(|&p| (0..to).map(|s| s < p).collect())
+            .collect(),
+    };
+    let start = Instant::now();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+    let mut cache = if cfg.use_cache {
+        Some(model.new_cache(b)?)
+    } else {
+        None
+    };
+    let mut new_tokens: Vec<Vec<usize>> = vec![Vec::new(); b];
+    let mut stopped = vec![false; b];
+    let mut fed = 0; // positions already in the cache
+    for _ in 0..max_new {
+        let len = seqs[0].len();
+        let from = if cache.is_some() { fed } else { 0 };
+        let logits = model.next_logits(step_input(&seqs, from, len), cache.as_mut())?;
+        fed = len;
+        let [rows, v] = logits.dims();
+        if rows != b {
+            return Err(CoreError::Generation(format!(
+                "the model returned logits for {rows} rows, expected {b}"
+            )));
+        }
+        let last = logits
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .map_err(|e| CoreError::Generation(format!("cannot read logits: {e:?}")))?;
+        for row in 0..b {
+            if stopped[row] {
+                seqs[row].push(cfg.pad_id);
+                continue;
+            }
+            let history = &seqs[row][pads[row]..];
+            let tok = pick_token(&last[row * v..(row + 1) * v], history, cfg, &mut rng);
+            seqs[row].push(tok);
+            new_tokens[row].push(tok);
+            on_token(row, tok);
+            if cfg.stop_tokens.contains(&tok) {
+                stopped[row] = true;
+            }
+        }
+        if stopped.iter().all(|s| *s) {
+            break;
+        }
+    }
+    Ok(Generation {
+        tokens: new_tokens,
+        stopped,
+        elapsed: start.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ModelError;
+    use burn::tensor::{Tensor, TensorData};
+    use zoo_device::test_device;
+
+    /// A bigram table as a model: the logits after a row are `table[last token]`. It
+    /// records every step it is given, so tests can check what the loop feeds it.
+    struct Bigram {
+        table: Vec<Vec<f32>>,
+        max_len: usize,
+        steps: std::cell::RefCell<Vec<DecodeStep>>,
+    }
+
+    impl CausalLm for Bigram {
+        type Cache = usize;
+        fn vocab_size(&self) -> usize {
+            self.table.len()
+        }
+        fn max_len(&self) -> usize {
+            self.max_len
+        }
+        fn new_cache(&self, _batch: usize) -> Result<usize, ModelError> {
+            Ok(0)
+        }
+        fn next_logits(
+            &self,
+            step: DecodeStep,
+            cache: Option<&mut usize>,
+        ) -> Result<Tensor<2>, ModelError> {
+            if let Some(seen) = cache {
+                *seen += step.dims()[1];
+            }
+            let v = self.table.len();
+            let flat: Vec<f32> = step
+                .tokens
+                .iter()
+                .flat_map(|row| self.table[*row.last().unwrap()].clone())
+                .collect();
+            let b = step.tokens.len();
+            self.steps.borrow_mut().push(step);
+            Ok(Tensor::from_data(
+                TensorData::new(flat, [b, v]),
+                &test_device(),
+            ))
+        }
+    }
+
+    fn cycle(v: usize) -> Bigram {
+        // After token i, token (i + 1) % v is the most likely.
+        let table = (0..v)
+            .map(|i| {
+                (0..v)
+                    .map(|j| if j == (i + 1) % v { 3.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect();
+        Bigram {
+            table,
+            max_len: 16,
+            steps: Default::default(),
+        }
+    }
+
+    #[test]
+    fn greedy_follows_the_model_and_feeds_only_new_tokens_with_a_cache() {
+        let m = cycle(5);
+        let g = generate(
+            &m,
+            &[vec![1, 2], vec![4]],
+            &GenerationConfig::greedy(3),
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(g.tokens, vec![vec![3, 4, 0], vec![0, 1, 2]]);
+        let steps = m.steps.borrow();
+        // The prompt (left-padded), then one token per row per step.
+        assert_eq!(steps[0].tokens, vec![vec![1, 2], vec![0, 4]]);
+        assert_eq!(steps[0].positions, vec![vec![0, 1], vec![0, 0]]);
+        assert_eq!(
+            steps[0].key_padding,
+            vec![vec![false, false], vec![true, false]]
+        );
+        assert_eq!(steps[1].tokens, vec![vec![3], vec![0]]);
+        assert_eq!(steps[1].positions, vec![vec![2], vec![1]]);
+        assert_eq!(
+            steps[1].key_padding,
+            vec![vec![false, false, false], vec![true, false, false]]
+        );
+    }
+
+    #[test]
+    fn without_a_cache_every_step_holds_the_whole_sequence() {
+        let m = cycle(5);
+        let cfg = GenerationConfig::greedy(2).with_cache(false);
+        let g = generate(&m, &[vec![1, 2]], &cfg, |_, _| {}).unwrap();
+        assert_eq!(g.tokens, vec![vec![3, 4]]);
+        let steps = m.steps.borrow();
+        assert_eq!(steps[1].tokens, vec![vec![1, 2, 3]]);
+        assert_eq!(steps[1].positions, vec![vec![0, 1, 2]]);
+    }
+
+    #[test]
+    fn stops_on_the_stop_token_and_streams() {
+        let m = cycle(5);
+        let mut streamed = vec![];
+        let cfg = GenerationConfig::greedy(8).with_stop_tokens(vec![4]);
+        let g = generate(&m, &[vec![1], vec![3]], &cfg, |r, t| streamed.push((r, t))).unwrap();
+        assert_eq!(g.tokens, vec![vec![2, 3, 4], vec![4]]);
+        assert_eq!(g.stopped, vec![true, true]);
+        assert_eq!(streamed, vec![(0, 2), (1, 4), (0, 3), (0, 4)]);
+    }
+
+    #[test]
+    fn generation_stops_at_max_len() {
+        let m = cycle(5);
+        let g = generate(&m, &[vec![1; 14]], &GenerationConfig::greedy(10), |_, _| {}).unwrap();
+        assert_eq!(g.tokens[0].len(), 2);
+    }
+
+    #[test]
+    fn bad_settings_and_prompts_are_errors_naming_the_value() {
+        let m = cycle(5);
+        let run = |prompts: &[Vec<usize>], cfg: &GenerationConfig| {
+            generate(&m, prompts, cfg, |_, _| {})
+                .unwrap_err()
+                .to_string()
+        };
+        let g = GenerationConfig::greedy(1);
+        assert_eq!(
+            run(&[vec![1; 17]], &g),
+            "sequence of 17 tokens is longer than max_len 16"
+        );
+        assert_eq!(
+            run(&[vec![]], &g),
+            "generation: every prompt needs at least one token"
+        );
+        assert_eq!(
+            run(&[vec![1], vec![2, 5]], &g),
+            "token id 5 in prompt 1 is out of range for vocab_size 5"
+        );
+        let p = GenerationConfig::sampling(1, 1.0, 0).with_top_p(1.5);
+        assert_eq!(
+            run(&[vec![1]], &p),
+            "generation: top_p must be in (0, 1], got 1.5"
+        );
+        let t = GenerationConfig::sampling(1, -1.0, 0);
+        assert_eq!(
+            run(&[vec![1]], &t),
+            "generation: temperature must be >= 0, got -1"
+        );
+        let k = GenerationConfig::sampling(1, 1.0, 0).with_top_k(0);
+        assert_eq!(run(&[vec![1]], &k), "generation: top_k must be >= 1, got 0");
+        let pad = GenerationConfig {
+            pad_id: 5,
+            ..GenerationConfig::greedy(1)
+        };
+        assert_eq!(
+            run(&[vec![1]], &pad),
+            "generation: pad_id 5 is out of range for vocab_size 5"
+        );
+        assert!(m.steps.borrow().is_empty(), "nothing ran");
+    }
+
+    #[test]
+    fn repetition_penalty_as_defined() {
+        let mut l = vec![2.0, -1.0, 0.5, 3.0];
+        apply_repetition_penalty(&mut l, &[0, 1, 1], 2.0);
+        assert_eq!(l, vec![1.0, -2.0, 0.5, 3.0]);
+        // A strong enough penalty moves greedy off a repeated token.
+        let cfg = GenerationConfig::greedy(1).with_repetition_penalty(4.0);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+        assert_eq!(pick_token(&[3.0, 1.0], &[0], &cfg, &mut rng), 1);
+    }
+
+    const LOGITS: [f32; 5] = [2.0, 1.0, 0.5, 0.0, -1.0];
+
+    /// softmax(LOGITS / t), computed directly.
+    fn softmax_at(t: f64) -> Vec<f64> {
+        let e: Vec<f64> = LOGITS.iter().map(|&l| (l as f64 / t).exp()).collect();
+        let s: f64 = e.iter().sum();
+        e.iter().map(|x| x / s).collect()
+    }
+
+    /// Pearson's chi-square of `n` seeded draws against `expected` (over all 5 tokens).
+    fn chi_square(cfg: &GenerationConfig, expected: &[f64], n: usize) -> f64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
+        let mut counts = [0usize; 5];
+        for _ in 0..n {
+            counts[pick_token(&LOGITS, &[], cfg, &mut rng)] += 1;
+        }
+        let mut chi = 0.0;
+        for (c, &p) in counts.iter().zip(expected) {
+            if p == 0.0 {
+                assert_eq!(*c, 0, "a token outside the kept set was drawn");
+                continue;
+            }
+            let e = p * n as f64;
+            chi += (*c as f64 - e).powi(2) / e;
+        }
+        chi
+    }
+
+    #[test]
+    fn sampling_follows_temperature_top_k_and_top_p() {
+        let n = 20_000;
+        // Temperature 0.7 over all tokens.
+        let t = softmax_at(0.7);
+        // Top-k 3 at temperature 1: the three largest, renormalised.
+        let p1 = softmax_at(1.0);
+        let s3: f64 = p1[..3].iter().sum();
+        let k3: Vec<f64> = (0..5)
+            .map(|i| if i < 3 { p1[i] / s3 } else { 0.0 })
+            .collect();
+        // Top-p 0.8 at temperature 1: p1 is about [0.55, 0.20, 0.12, 0.07, 0.03], so the
+        // first three are the smallest set reaching 0.8, renormalised: the same as top-k 3.
+        assert!(p1[0] + p1[1] < 0.8 && s3 >= 0.8, "{p1:?}");
+        let cases = [
+            (GenerationConfig::sampling(1, 0.7, 1), t.clone()),
+            (
+                GenerationConfig::sampling(1, 1.0, 2).with_top_k(3),
+                k3.clone(),
+            ),
+            (
+                GenerationConfig::sampling(1, 1.0, 3).with_top_p(0.8),
+                k3.clone(),
+            ),
+        ];
+        // 99.9% quantiles of chi-square with 4 and 2 degrees of freedom.
+        let critical = [18.47, 13.82, 13.82];
+        for ((cfg, expected), crit) in cases.iter().zip(critical) {
+            let dist = next_token_distribution(&LOGITS, &[], cfg);
+            for (token, p) in &dist {
+                assert!((p - expected[*token]).abs() < 1e-9, "{cfg:?}: {dist:?}");
+            }
+            let chi = chi_square(cfg, expected, n);
+            assert!(chi < crit, "{cfg:?}: chi-square {chi} >= {crit}");
+        }
+        // Negative control: draws at temperature 0.7 are far from temperature 1.
+        let chi = chi_square(&cases[0].0, &p1, n);
+        assert!(
+            chi > 100.0,
+            "the test cannot tell temperatures apart: {chi}"
+        );
+    }
+
+    #[test]
+    fn degenerate_settings_are_greedy() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+        for cfg in [
+            GenerationConfig::sampling(1, 1.0, 0).with_top_k(1),
+            GenerationConfig::sampling(1, 1.0, 0).with_top_p(1e-6),
+            GenerationConfig::greedy(1),
+        ] {
+            for _ in 0..50 {
+                assert_eq!(pick_token(&LOGITS, &[], &cfg, &mut rng), 0);
+            }
+        }
+    }
+}

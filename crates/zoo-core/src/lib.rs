@@ -1,0 +1,26 @@
+//! # zoo-core
+//!
+//! What a training task or a text generator needs from a model, and nothing of any
+//! particular family. Every family crate implements these traits for its models;
+//! `zoo-train` and the generation loop are written against them only, so a research model
+//! trains and generates by implementing one trait.
+//!
+//! - [`model`]: the model traits: token logits with a padding mask ([`TokenLogits`]),
+//!   classification ([`ClassLogits`]), sequence-to-sequence ([`Seq2SeqLogits`]), sentence
+//!   embeddings ([`SentenceEmbedding`]) and a causal LM with a cache ([`CausalLm`]);
+//! - [`batch`]: the batch types the tasks consume;
+//! - [`generate`]: logits processors, sampling and the decoding loop, shared by
+//!   decoder-only and encoder-decoder models.
+//!
+//! The crate depends on Burn's tensor API only, not on burn-train.
+#![warn(missing_docs)]
+
+pub mod batch;
+mod error;
+pub mod generate;
+pub mod model;
+
+pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
+pub use error::{CoreError, ModelError};
+pub use generate::{Generation, GenerationConfig, generate};
+pub use model::{CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits};

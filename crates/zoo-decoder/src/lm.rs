@@ -1,0 +1,189 @@
+//! The decoder as the model traits of `zoo-core` see it: token logits for training
+//! ([`TokenLogits`]) and a causal LM with a cache for generation ([`CausalLm`]), so the
+//! shared task adapters and generation loop drive it without knowing its family.
+
+use burn::tensor::{Bool, Int, Tensor};
+use zoo_attention::Positions;
+use zoo_core::{CausalLm, DecodeStep, ModelError, TokenLogits};
+
+use crate::error::DecoderError;
+use crate::model::{DecoderCache, DecoderInput, DecoderLm};
+
+impl From<DecoderError> for ModelError {
+    fn from(e: DecoderError) -> Self {
+        ModelError::new(e)
+    }
+}
+
+impl TokenLogits for DecoderLm {
+    /// Causal: a real position never sees a later one, so right padding needs no mask;
+    /// the padding mask is still applied to the keys, which changes nothing for real
+    /// positions and keeps padded rows finite.
+    fn token_logits(
+        &self,
+        tokens: Tensor<2, Int>,
+        padding: Option<Tensor<2, Bool>>,
+    ) -> Result<Tensor<3>, ModelError> {
+        let mut input = DecoderInput::new(tokens);
+        if let Some(pad) = padding {
+            input = input.key_padding(pad);
+        }
+        Ok(self.forward(input)?.logits)
+    }
+}
+
+impl CausalLm for DecoderLm {
+    type Cache = DecoderCache;
+
+    fn vocab_size(&self) -> usize {
+        DecoderLm::vocab_size(self)
+    }
+
+    fn max_len(&self) -> usize {
+        DecoderLm::max_len(self)
+    }
+
+    fn new_cache(&self, _batch: usize) -> Result<DecoderCache, ModelError> {
+        Ok(DecoderLm::new_cache(self))
+    }
+
+    fn next_logits(
+        &self,
+        step: DecodeStep,
+        cache: Option<&mut DecoderCache>,
+    ) -> Result<Tensor<2>, ModelError> {
+        let device = self.wte.weight.val().device();
+        let [b, t] = step.dims();
+        let positions =
+            Positions::from_rows(&step.positions, &device).map_err(DecoderError::from)?;
+        let flat: Vec<bool> = step.key_padding.iter().flatten().copied().collect();
+        let tk = step.key_padding.first().map_or(0, Vec::len);
+        let pad =
+            Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(flat, [b, tk]), &device);
+        // A sliding cache holds only the last `window` positions: the padding mask then
+        // covers those and the new ones.
+        let pad = match &cache {
+            Some(c) => {
+                let held = c.layers.first().map_or(0, zoo_attention::KvCache::len);
+                pad.slice([0..b, tk - held - t..tk])
+            }
+            None => pad,
+        };
+        let input = DecoderInput::from_ids(&step.tokens, &device)?
+            .positions(positions)
+            .key_padding(pad);
+        let logits = match cache {
+            Some(c) => self.forward_cached(input, c)?.logits,
+            None => self.forward(input)?.logits,
+        };
+        let v = logits.dims()[2];
+        // [B, T, V] -> the last position [B, V]
+        Ok(logits.slice([0..b, t - 1..t, 0..v]).reshape([b, v]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DecoderConfig;
+    use zoo_core::{GenerationConfig, generate};
+    use zoo_device::test_device;
+
+    fn model(cfg: DecoderConfig) -> DecoderLm {
+        // Weights large enough that the model's choices depend on every position.
+        cfg.with_init_std(0.3).init(&test_device()).unwrap()
+    }
+
+    fn configs() -> [DecoderConfig; 3] {
+        [
+            DecoderConfig::new(13, 16, 2, 4, 24),
+            DecoderConfig::tiny_llama(13, 24),
+            DecoderConfig::tiny_llama(13, 24).with_sliding_window(Some(3)),
+        ]
+    }
+
+    #[test]
+    fn cached_and_uncached_greedy_agree() {
+        for cfg in configs() {
+            let m = model(cfg);
+            let prompts = vec![vec![1, 2, 3, 4], vec![5, 6]];
+            let a = generate(&m, &prompts, &GenerationConfig::greedy(10), |_, _| {}).unwrap();
+            let b = generate(
+                &m,
+                &prompts,
+                &GenerationConfig::greedy(10).with_cache(false),
+                |_, _| {},
+            )
+            .unwrap();
+            assert_eq!(a.tokens, b.tokens);
+            assert_eq!(a.tokens[0].len(), 10);
+            assert!(a.tokens_per_second() > 0.0);
+        }
+    }
+
+    #[test]
+    fn batched_prompts_decode_as_alone() {
+        for cfg in configs() {
+            let m = model(cfg);
+            let prompts = vec![vec![1, 2, 3, 4, 5], vec![7, 8]];
+            let batched = generate(&m, &prompts, &GenerationConfig::greedy(6), |_, _| {}).unwrap();
+            for (i, p) in prompts.iter().enumerate() {
+                let alone = generate(
+                    &m,
+                    std::slice::from_ref(p),
+                    &GenerationConfig::greedy(6),
+                    |_, _| {},
+                )
+                .unwrap();
+                assert_eq!(batched.tokens[i], alone.tokens[0], "row {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_sliding_window_limits_what_the_last_position_sees() {
+        // Window 3, two layers: the last position reaches back 2 positions per layer, so
+        // positions 0 and 1 of 7 cannot matter to it; without the window they do.
+        let seeded = |cfg: DecoderConfig| {
+            test_device().seed(11);
+            model(cfg)
+        };
+        let windowed = seeded(DecoderConfig::tiny_llama(13, 24).with_sliding_window(Some(3)));
+        let full = seeded(DecoderConfig::tiny_llama(13, 24));
+        let a = vec![1, 2, 3, 4, 5, 6, 7];
+        let b = vec![9, 9, 3, 4, 5, 6, 7];
+        let last = |m: &DecoderLm, p: &Vec<usize>, cached: bool| {
+            let step = DecodeStep {
+                tokens: vec![p.clone()],
+                positions: vec![(0..p.len()).collect()],
+                key_padding: vec![vec![false; p.len()]],
+            };
+            let mut cache = DecoderLm::new_cache(m);
+            m.next_logits(step, cached.then_some(&mut cache)).unwrap()
+        };
+        use zoo_device::testing::max_abs_diff;
+        for cached in [false, true] {
+            let w = max_abs_diff(&last(&windowed, &a, cached), &last(&windowed, &b, cached));
+            assert!(w < 1e-5, "cached {cached}: the window leaked {w}");
+        }
+        let f = max_abs_diff(&last(&full, &a, false), &last(&full, &b, false));
+        assert!(f > 1e-3, "without the window the change must reach: {f}");
+    }
+
+    #[test]
+    fn token_logits_and_generation_report_model_errors() {
+        let m = model(DecoderConfig::new(13, 16, 2, 4, 24));
+        let dev = test_device();
+        let bad = Tensor::<1, Int>::from_ints([1, 13], &dev).reshape([1, 2]);
+        let e = m.token_logits(bad, None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "token id 13 at batch row 0, position 1 is out of range for vocab_size 13"
+        );
+        let e = generate(&m, &[vec![13]], &GenerationConfig::greedy(1), |_, _| {}).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "token id 13 in prompt 0 is out of range for vocab_size 13"
+        );
+    }
+}

@@ -569,30 +569,37 @@ mod tests {
         for cfg in [
             DecoderConfig::new(11, 16, 2, 4, 12),
             DecoderConfig::tiny_llama(11, 12),
+            DecoderConfig::tiny_llama(11, 12).with_sliding_window(Some(3)),
         ] {
-            let m = cfg.init(&test_device()).unwrap();
-            let toks = tokens(&[&[1, 2, 3, 4, 5], &[6, 7, 8, 9, 10]]);
-            let full = m.forward(DecoderInput::new(toks.clone())).unwrap().logits;
-            let mut cache = m.new_cache();
-            let a = m
-                .forward_cached(
-                    DecoderInput::new(toks.clone().slice([0..2, 0..3])),
-                    &mut cache,
-                )
-                .unwrap()
-                .logits;
-            let b = m
-                .forward_cached(
-                    DecoderInput::new(toks.clone().slice([0..2, 3..4])),
-                    &mut cache,
-                )
-                .unwrap()
-                .logits;
-            let c = m
-                .forward_cached(DecoderInput::new(toks.slice([0..2, 4..5])), &mut cache)
-                .unwrap()
-                .logits;
-            assert!(max_abs_diff(&full, &Tensor::cat(vec![a, b, c], 1)) < 1e-4);
+            // Weights of std 0.3: attention is far from uniform, so a wrong mask shows.
+            let m = cfg.with_init_std(0.3).init(&test_device()).unwrap();
+            let cached = |rows: &[&[i64]]| {
+                let toks = tokens(rows);
+                let mut cache = m.new_cache();
+                let parts = [(0, 3), (3, 4), (4, 5)].map(|(a, b)| {
+                    m.forward_cached(
+                        DecoderInput::new(toks.clone().slice([0..2, a..b])),
+                        &mut cache,
+                    )
+                    .unwrap()
+                    .logits
+                });
+                Tensor::cat(parts.to_vec(), 1)
+            };
+            let rows: [&[i64]; 2] = [&[1, 2, 3, 4, 5], &[6, 7, 8, 9, 10]];
+            let full = m.forward(DecoderInput::new(tokens(&rows))).unwrap().logits;
+            let got = cached(&rows);
+            assert!(
+                max_abs_diff(&full, &got) < 1e-4,
+                "{}",
+                max_abs_diff(&full, &got)
+            );
+            // Negative control: changing token 3 leaves positions 0..3 within the
+            // tolerance and moves positions 3.. by far more.
+            let other = cached(&[&[1, 2, 3, 9, 5], &[6, 7, 8, 1, 10]]);
+            let part = |t: &Tensor<3>, r: std::ops::Range<usize>| t.clone().slice([0..2, r, 0..11]);
+            assert!(max_abs_diff(&part(&got, 0..3), &part(&other, 0..3)) < 1e-4);
+            assert!(max_abs_diff(&part(&got, 3..5), &part(&other, 3..5)) > 1e-2);
         }
     }
 }

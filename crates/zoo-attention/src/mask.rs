@@ -183,26 +183,18 @@ impl Mask {
     /// # Errors
     /// [`AttentionError::Shape`] naming the part and its shape.
     pub fn check(&self, shape: [usize; 4]) -> Result<()> {
-        let fits = |dims: [usize; 4]| dims.iter().zip(shape).all(|(&d, s)| d == s || d == 1);
-        let expected = || format!("broadcastable to {shape:?}");
-        if let Some(m) = &self.masked
-            && !fits(m.dims())
-        {
-            return Err(AttentionError::Shape {
-                what: "attention mask",
-                expected: expected(),
-                got: m.dims().to_vec(),
-            });
-        }
-        if let Some(b) = &self.bias
-            && !fits(b.dims())
-        {
-            return Err(AttentionError::Shape {
-                what: "attention bias",
-                expected: expected(),
-                got: b.dims().to_vec(),
-            });
-        }
+        let part = |what: &'static str, dims: Option<[usize; 4]>| match dims {
+            Some(dims) if !dims.iter().zip(shape).all(|(&d, s)| d == s || d == 1) => {
+                Err(AttentionError::Shape {
+                    what,
+                    expected: format!("broadcastable to {shape:?}"),
+                    got: dims.to_vec(),
+                })
+            }
+            _ => Ok(()),
+        };
+        part("attention mask", self.masked.as_ref().map(Tensor::dims))?;
+        part("attention bias", self.bias.as_ref().map(Tensor::dims))?;
         Ok(())
     }
 

@@ -6,7 +6,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{CrossKvCache, KvCache};
@@ -14,7 +14,7 @@ use crate::error::{AttentionError, Result, check_shape};
 use crate::mask::Mask;
 use crate::position::{
     Positions, RelativePositionBias, RelativePositionBiasConfig, RopeLayout, RotaryEncoding,
-    RotaryEncodingConfig, alibi_slopes,
+    RotaryEncodingConfig, alibi_bias_at,
 };
 use crate::sdpa::{
     attention_chunked, attention_fused, attention_linear, attention_reference, repeat_kv,
@@ -564,22 +564,8 @@ impl MultiHeadAttention {
         if let Some(rel) = &self.relative_bias {
             return Some(rel.forward_offsets(q0, tq, k0, tk, device));
         }
-        if !self.alibi {
-            return None;
-        }
-        let slopes = alibi_slopes(self.n_heads);
-        let mut values = Vec::with_capacity(self.n_heads * tq * tk);
-        for s in &slopes {
-            for i in q0..q0 + tq {
-                for j in k0..k0 + tk {
-                    values.push((-s * i.abs_diff(j) as f64) as f32);
-                }
-            }
-        }
-        Some(Tensor::from_data(
-            TensorData::new(values, [1, self.n_heads, tq, tk]),
-            device,
-        ))
+        self.alibi
+            .then(|| alibi_bias_at(self.n_heads, q0, tq, k0, tk, device))
     }
 
     fn attend(

@@ -406,12 +406,25 @@ pub fn alibi_bias(
     offset: usize,
     device: &Device,
 ) -> Tensor<4> {
+    alibi_bias_at(n_heads, offset, tq, 0, tk, device)
+}
+
+/// The ALiBi bias `[1, H, Tq, Tk]` for queries at absolute positions `q0..q0 + tq` and keys
+/// at `k0..k0 + tk` (a sliding cache's keys start after the positions it dropped).
+pub fn alibi_bias_at(
+    n_heads: usize,
+    q0: usize,
+    tq: usize,
+    k0: usize,
+    tk: usize,
+    device: &Device,
+) -> Tensor<4> {
     let slopes = alibi_slopes(n_heads);
     let mut values = Vec::with_capacity(n_heads * tq * tk);
     for s in &slopes {
-        for i in 0..tq {
-            for j in 0..tk {
-                values.push((-s * (offset + i).abs_diff(j) as f64) as f32);
+        for i in q0..q0 + tq {
+            for j in k0..k0 + tk {
+                values.push((-s * i.abs_diff(j) as f64) as f32);
             }
         }
     }

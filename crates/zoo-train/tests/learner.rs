@@ -1,6 +1,8 @@
 //! The learner end to end: learning (classification, sequence-to-sequence), resume after
 //! SIGKILL, the NaN guard, determinism.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -9,8 +11,9 @@ use burn::data::dataset::InMemDataset;
 use burn::data::dataset::transform::{Mapper, MapperDataset};
 use burn::module::Module;
 use burn::tensor::Device;
+use support::seq2seq::{ToySeq2Seq, copy_items};
+use support::toy::{BlobBatcher, BlobItem, Mlp, blobs};
 use zoo_data::Seq2SeqBatcher;
-use zoo_train::toy::{BlobBatcher, BlobItem, Mlp, ToySeq2Seq, blobs, copy_items};
 use zoo_train::{
     ClassificationTask, FitOptions, FitResult, Seq2SeqTask, Strategy, TrainConfig, TrainError, fit,
     last_complete_checkpoint,
@@ -453,7 +456,7 @@ fn several_devices_are_required_by_multi_device_strategies() {
 
 #[test]
 fn learning_image_classification_on_digits() {
-    use zoo_train::toy::{DigitBatcher, DigitCnn};
+    use support::digits::{DigitBatcher, DigitCnn};
     let device = zoo_device::test_device();
     let dir = temp_dir("digits");
     let mut images =

@@ -4,7 +4,11 @@
 //! `zoo-train-toy <artifact_dir> [--epochs N | --steps N --eval-every K] [--items N]
 //! [--resume] [--seed S]`
 
-use zoo_train::toy::{BlobBatcher, Mlp, blobs};
+// The blobs and the MLP are test support, not library API; the program borrows them.
+#[path = "../../tests/support/toy.rs"]
+mod toy;
+
+use toy::{BlobBatcher, Mlp, blobs};
 use zoo_train::{ClassificationTask, FitOptions, TrainConfig, fit};
 
 const USAGE: &str = "usage: zoo-train-toy <artifact_dir> [--epochs N | --steps N --eval-every K] \

@@ -10,8 +10,9 @@
 //!   clipping, accumulation, seed, artifact folder, checkpoint retention, early stopping
 //!   and the device strategy (single, multi-device or DDP); saved as `config.json`;
 //! - [`fit`]: atomic checkpoints, `resume` (the run continues with the same batches it
-//!   would have seen), a NaN guard that stops with the step named, per-round
-//!   `metrics.csv` and `metrics.png`.
+//!   would have seen), no silent replacing of an earlier run, a NaN guard that stops with
+//!   the step named, per-round `metrics.csv` (from the learner's event stream) and
+//!   `metrics.png`.
 //!
 //! ```no_run
 //! use burn::data::dataloader::batcher::Batcher;
@@ -92,8 +93,10 @@ pub mod task;
 
 pub use config::{RunLength, RunPlan, Strategy, TrainConfig};
 pub use error::{Result, TrainError, write_atomic};
-pub use fit::{FitOptions, FitResult, Task, fit, fit_datasets, last_complete_checkpoint};
-pub use render::{Progress, SplitReport};
+pub use fit::{
+    FitOptions, FitResult, Task, fit, fit_datasets, last_complete_checkpoint, read_metrics_table,
+};
+pub use render::{Progress, RoundMetrics, SplitReport};
 pub use schedule::WarmupCosine;
 pub use task::{
     CausalLmTask, ClassLogits, ClassificationBatch, ClassificationTask, NanGuard, Seq2SeqLogits,

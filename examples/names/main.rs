@@ -3,6 +3,7 @@
 //!
 //! ```sh
 //! cargo run --release --example names
+//! cargo run --release --example names -- --overwrite   # again, replacing the first run
 //! cargo run --release --example names -- --device wgpu --features wgpu
 //! cargo run --release --example names -- --checkpoint artifacts/names-model
 //! cargo run --release --example names -- --checkpoint artifacts/names-model --sample-only
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use zoo_examples::names::{NamesSettings, novelty, sample, train};
-use zoo_examples::{Error, device_or_exit, load_model, save_model};
+use zoo_examples::{Error, device_or_exit, load_model, or_exit_on_earlier_run, save_model};
 
 #[derive(Parser, Debug)]
 #[command(about = "Train a character-level GPT on first names and sample new ones")]
@@ -41,6 +42,10 @@ struct Args {
     /// Learner artifacts (checkpoints, logs, metrics.csv).
     #[arg(long, default_value = "artifacts/names")]
     artifacts: PathBuf,
+    /// Replace an earlier run in the artifact folder; without it a second run there stops
+    /// with an error and leaves the first one as it was.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 fn main() -> Result<(), Error> {
@@ -61,8 +66,12 @@ fn main() -> Result<(), Error> {
     settings.seed = args.seed;
     settings.alpha = args.alpha;
     settings.device = args.device.clone();
+    settings.overwrite = args.overwrite;
     let start = std::time::Instant::now();
-    let out = train(&settings, &device, Some(Box::new(|r| println!("{r}"))))?;
+    let out = or_exit_on_earlier_run(
+        train(&settings, &device, Some(Box::new(|r| println!("{r}")))),
+        "--overwrite replaces it, or choose another folder with --artifacts",
+    )?;
     let secs = start.elapsed().as_secs_f64();
     for (i, e) in out.epochs.iter().enumerate() {
         println!(

@@ -5,7 +5,8 @@
 //!
 //! ```sh
 //! cargo run --release --example shakespeare -- --preset gpt2
-//! cargo run --release --example shakespeare -- --preset llama --iters 1000
+//! cargo run --release --example shakespeare -- --preset llama --iters 1000 --artifacts artifacts/shakespeare-llama
+//! cargo run --release --example shakespeare -- --resume   # continue an interrupted run
 //! ```
 
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use clap::{Parser, ValueEnum};
 use zoo_core::{GenerationConfig, generate};
 use zoo_data::{CausalLmBatcher, CharVocab};
 use zoo_decoder::DecoderConfig;
-use zoo_examples::{Error, device_or_exit, mean_nll};
+use zoo_examples::{Error, device_or_exit, mean_nll, or_exit_on_earlier_run};
 use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -51,8 +52,12 @@ struct Args {
     #[arg(long, default_value = "artifacts/shakespeare")]
     artifacts: PathBuf,
     /// Continue from the last checkpoint in the artifact folder.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "overwrite")]
     resume: bool,
+    /// Replace an earlier run in the artifact folder; without it (or --resume) a second
+    /// run there stops with an error and leaves the first one as it was.
+    #[arg(long)]
+    overwrite: bool,
 }
 
 const BLOCK: usize = 64;
@@ -89,6 +94,7 @@ fn main() -> Result<(), Error> {
     cfg.weight_decay = 0.1;
     cfg.seed = args.seed;
     cfg.devices = vec![args.device.clone()];
+    cfg.overwrite = args.overwrite;
     device.seed(args.seed);
     let model = model_cfg.init(&device.clone().autodiff())?;
     println!(
@@ -111,6 +117,11 @@ fn main() -> Result<(), Error> {
             report: Some(Box::new(|r| println!("{r}"))),
             ..FitOptions::default()
         },
+    )
+    .map_err(Error::from);
+    let fitted = or_exit_on_earlier_run(
+        fitted,
+        "--resume continues it, --overwrite replaces it, --artifacts chooses another folder",
     )?;
     let secs = start.elapsed().as_secs_f64();
     let model = fitted.task.model.valid().to_device(&device);

@@ -15,6 +15,24 @@ use zoo_decoder::{DecoderConfig, DecoderInput, DecoderLm};
 /// Boxed error for the example programs.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
+/// Passes `result` on, except when training refused to start because the artifact folder
+/// holds an earlier run: then it prints the error with the flags that settle it (`flags`,
+/// e.g. "--resume continues it, --overwrite replaces it") and exits with status 2.
+pub fn or_exit_on_earlier_run<T>(result: Result<T, Error>, flags: &str) -> Result<T, Error> {
+    match result {
+        Err(e)
+            if matches!(
+                e.downcast_ref::<zoo_train::TrainError>(),
+                Some(zoo_train::TrainError::EarlierRun { .. })
+            ) =>
+        {
+            eprintln!("error: {e}\n({flags})");
+            std::process::exit(2);
+        }
+        other => other,
+    }
+}
+
 /// Turns `--device NAME` into a device, or prints one line naming the problem (and the
 /// feature to enable) and exits with status 2.
 pub fn device_or_exit(name: &str) -> Device {
@@ -107,6 +125,9 @@ pub mod names {
         pub alpha: f64,
         /// Artifact folder of the learner.
         pub artifact_dir: PathBuf,
+        /// Replace an earlier run in the artifact folder (otherwise training refuses to
+        /// start there).
+        pub overwrite: bool,
         /// The `--device` name of the device `train` is given, for `config.json`.
         pub device: String,
         /// Model config (vocabulary 27).
@@ -125,6 +146,7 @@ pub mod names {
                 val_fraction: 0.1,
                 alpha: 1.0,
                 artifact_dir: artifact_dir.into(),
+                overwrite: false,
                 device: "flex".into(),
                 model: DecoderConfig::char_gpt(CharVocab::names().len()),
             }
@@ -183,6 +205,7 @@ pub mod names {
         cfg.weight_decay = 0.01;
         cfg.seed = settings.seed;
         cfg.devices = vec![settings.device.clone()];
+        cfg.overwrite = settings.overwrite;
         let options = FitOptions {
             report,
             ..FitOptions::default()

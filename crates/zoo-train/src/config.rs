@@ -55,14 +55,27 @@ pub struct TrainConfig {
     pub betas: (f32, f32),
     /// AdamW decoupled weight decay.
     pub weight_decay: f32,
-    /// Clip gradients to this global norm.
+    /// Clip each parameter tensor's gradient to this L2 norm, tensor by tensor, before
+    /// AdamW uses it (burn's `GradientClippingConfig::Norm`). This is not clipping of the
+    /// global norm over all parameters: a tensor whose gradient is under the bound is left
+    /// as it is, whatever the others hold. With accumulation it clips the summed gradient.
     pub grad_clip: Option<f32>,
-    /// Batches whose gradients are summed per optimiser step.
+    /// Batches whose gradients are summed (not averaged) into one optimiser step. Each
+    /// batch's loss is a mean over its examples, so `n` batches of `b` give `n` times the
+    /// gradient of one batch of `n·b` examples.
     pub grad_accumulation: usize,
-    /// Seed of weight init, shuffling and dropout.
+    /// Seed of the order of the training batches and of the device's random numbers from
+    /// the start of training (dropout masks). It does not draw the initial weights: the
+    /// model is built before `fit` is called, so seed the device before building it
+    /// (`device.seed(s)`) for repeatable weights.
     pub seed: u64,
     /// Folder for checkpoints, logs, `config.json` and `metrics.csv`.
     pub artifact_dir: PathBuf,
+    /// Let a new run replace an earlier run's checkpoints, logs and metrics in
+    /// `artifact_dir`. Without it (and without resuming) `fit` refuses to start there.
+    /// Default: false, so that no finished or interrupted run is lost by accident.
+    #[serde(default)]
+    pub overwrite: bool,
     /// Checkpoints kept (the most recent ones).
     pub keep_checkpoints: usize,
     /// Stop when the validation loss has not improved for this many rounds (epochs, or
@@ -72,8 +85,10 @@ pub struct TrainConfig {
     /// threads finish them, so runs are no longer bit-for-bit repeatable.
     pub num_workers: usize,
     /// The devices, as `--device` names them (`flex`, `cuda:1`): what
-    /// [`TrainConfig::select_devices`] builds, and the record in `config.json` of where
-    /// the run trained. `fit` itself trains on the devices it is handed.
+    /// [`TrainConfig::select_devices`] builds. `fit` trains on the devices it is handed,
+    /// checks that these names select them (the first only, with
+    /// [`Strategy::SingleDevice`]), and records the names of the devices it used in
+    /// `config.json`.
     pub devices: Vec<String>,
     /// Device strategy.
     pub strategy: Strategy,
@@ -106,7 +121,8 @@ impl RunPlan {
 
 impl TrainConfig {
     /// Defaults for a small model: AdamW (0.9, 0.95), weight decay 0.1, lr 1e-3 with 100
-    /// warmup steps decaying to 1e-4, clipping at norm 1, batch 32.
+    /// warmup steps decaying to 1e-4, clipping at norm 1, batch 32, the `flex` device, no
+    /// overwriting.
     pub fn new(epochs: usize, artifact_dir: impl Into<PathBuf>) -> Self {
         Self {
             length: RunLength::Epochs(epochs),
@@ -120,6 +136,7 @@ impl TrainConfig {
             grad_accumulation: 1,
             seed: 42,
             artifact_dir: artifact_dir.into(),
+            overwrite: false,
             keep_checkpoints: 2,
             early_stopping_patience: None,
             num_workers: 1,
@@ -336,8 +353,15 @@ mod tests {
         cfg.betas = (0.8, 0.99);
         cfg.devices = vec!["cuda:0".into(), "cuda:1".into()];
         cfg.strategy = Strategy::DistributedDataParallel;
+        cfg.overwrite = true;
         let path = cfg.save().unwrap();
         assert_eq!(TrainConfig::load(&path).unwrap(), cfg);
+        // A config.json written before `overwrite` existed loads, with overwriting off.
+        let mut json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("overwrite");
+        std::fs::write(&path, json.to_string()).unwrap();
+        assert!(!TrainConfig::load(&path).unwrap().overwrite);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

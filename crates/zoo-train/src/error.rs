@@ -41,6 +41,24 @@ pub enum TrainError {
     /// A checkpoint or config could not be (de)serialised.
     #[error("{0}")]
     Format(String),
+    /// The artifact folder holds an earlier run's checkpoints, and the new run was asked
+    /// neither to resume that run nor to overwrite it. Nothing was written.
+    #[error(
+        "{} holds the checkpoints of an earlier run; resume it, or set overwrite to replace it",
+        dir.display()
+    )]
+    EarlierRun {
+        /// The artifact folder.
+        dir: PathBuf,
+    },
+    /// burn-train stopped the run on an error (a failed checkpoint write, a data set
+    /// error, a metric that could not be computed, a failed worker).
+    #[error("training stopped on an error: {0}")]
+    Training(String),
+    /// The learner's event stream did not deliver a round's metrics, so `metrics.csv`
+    /// would be incomplete.
+    #[error("missing metrics: {0}")]
+    MissingMetrics(String),
 }
 
 /// Shorthand for results of this crate.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataloader::batcher::Batcher;
@@ -16,7 +16,7 @@ use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
 use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError, KeepLastNCheckpoints};
 use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
-use burn::train::renderer::CliMetricsRenderer;
+use burn::train::renderer::{CliMetricsRenderer, MetricsRenderer, default_renderer};
 use burn::train::{
     ExecutionStrategy, InferenceStep, Learner, LearnerModel, MetricEarlyStoppingStrategy,
     MultiDeviceOptim, SequenceOutput, StoppingCondition, SupervisedTraining, TrainStep,
@@ -26,7 +26,7 @@ use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
 use crate::loader::{PassesDataset, RoundLoader, RoundWindow};
 use crate::plot::plot_rounds;
-use crate::render::{Progress, ReportRenderer, SplitReport};
+use crate::render::{Progress, Recorded, ReportRenderer, RoundMetrics, RoundRecorder, SplitReport};
 use crate::schedule::WarmupCosine;
 use crate::task::{
     CausalLmTask, ClassLogits, ClassificationTask, Guarded, NanGuard, Seq2SeqLogits, Seq2SeqTask,
@@ -96,9 +96,12 @@ pub type ReportSink = Box<dyn FnMut(&SplitReport) + Send + Sync>;
 pub struct FitResult<T> {
     /// The trained task (its model inside), in inference mode.
     pub task: T,
-    /// Per round (epoch), `split_metric` -> mean over the round's batches, from
-    /// burn-train's logs, and `step` -> optimiser steps done at the round's end.
-    pub epochs: Vec<BTreeMap<String, f64>>,
+    /// Per round (epoch), `split_metric` -> burn-train's value over the whole round (the
+    /// mean over its batches for the loss), as its event stream delivered it, and `step`
+    /// -> optimiser steps done at the round's end. Every round has `train_loss` and
+    /// `valid_loss`. A resumed run has the rounds before the resume too, from the
+    /// `metrics.csv` of the run it continues.
+    pub epochs: Vec<RoundMetrics>,
     /// Where the per-epoch table was written.
     pub metrics_csv: PathBuf,
     /// The PNG of the loss and metric curves (`metrics.png`), unless drawing failed
@@ -222,19 +225,81 @@ pub fn last_complete_checkpoint(artifact_dir: &Path) -> Option<usize> {
         .max()
 }
 
+/// Whether `dir` holds an earlier run: anything in its `checkpoint` folder.
+fn holds_a_run(dir: &Path) -> bool {
+    std::fs::read_dir(dir.join("checkpoint")).is_ok_and(|mut entries| entries.next().is_some())
+}
+
+/// Removes what an earlier run left in `dir` that a new run would mix with: checkpoints,
+/// burn-train's logs, the metrics and the data-stream record.
+fn clear_earlier_run(dir: &Path) -> Result<()> {
+    for sub in ["checkpoint", "train", "valid"] {
+        let p = dir.join(sub);
+        if p.exists() {
+            std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+        }
+    }
+    for file in ["metrics.csv", "metrics.png", "stream.json"] {
+        let p = dir.join(file);
+        if p.exists() {
+            std::fs::remove_file(&p).map_err(io_err(&p))?;
+        }
+    }
+    Ok(())
+}
+
+/// The `--device` names of the devices the run trains on, for `config.json`: the
+/// config's names, each checked against the device fit was handed (with
+/// [`Strategy::SingleDevice`] only the first is used, so only the first is recorded).
+fn recorded_devices(cfg: &TrainConfig, devices: &[Device]) -> Result<Vec<String>> {
+    let used = match cfg.strategy {
+        Strategy::SingleDevice => &devices[..devices.len().min(1)],
+        Strategy::MultiDevice | Strategy::DistributedDataParallel => devices,
+    };
+    if cfg.devices.len() < used.len() {
+        return Err(TrainError::Config(format!(
+            "fit trains on {} device(s) but the config names {} ({:?}); name each device \
+             passed to fit in TrainConfig::devices",
+            used.len(),
+            cfg.devices.len(),
+            cfg.devices
+        )));
+    }
+    used.iter()
+        .zip(&cfg.devices)
+        .map(|(device, name)| {
+            let named = zoo_device::select_by_name(name)
+                .map_err(|e| TrainError::Config(format!("the config's device '{name}': {e}")))?;
+            if named != *device {
+                return Err(TrainError::Config(format!(
+                    "the config names device '{name}' but fit was given {device:?}; name the \
+                     devices passed to fit in TrainConfig::devices, so that config.json \
+                     records where the run trained"
+                )));
+            }
+            Ok(name.trim().to_string())
+        })
+        .collect()
+}
+
 /// Trains `task` on `train`, validating on `valid` after every round (an epoch, or
 /// `eval_every` steps in steps mode).
 ///
-/// Writes `config.json`, checkpoints (atomically), burn-train's logs, `metrics.csv` and
-/// `metrics.png` to the artifact folder. With `options.resume` it continues from the last
-/// complete checkpoint there, with the model, optimiser and schedule state, and with the
-/// batches the run would have seen had it not stopped.
+/// Writes `config.json` (with the names of the devices used), checkpoints (atomically),
+/// burn-train's logs, `metrics.csv` (rewritten after every round) and `metrics.png` to the
+/// artifact folder. With `options.resume` it continues from the last complete checkpoint
+/// there, with the model, optimiser and schedule state, and with the batches the run
+/// would have seen had it not stopped. A folder that holds an earlier run is left alone
+/// unless the run resumes it or `cfg.overwrite` is set.
 ///
 /// # Errors
-/// An invalid config, too few or unsuitable devices for the strategy, an unwritable
-/// folder, a resume whose settings conflict with the run's `config.json`, or a NaN /
-/// infinite loss (named with its batch; the model's weights are then those before that
-/// batch's update).
+/// An invalid config, too few or unsuitable devices for the strategy, device names in
+/// the config that do not select the devices given, an artifact folder holding an
+/// earlier run ([`TrainError::EarlierRun`]; nothing is written then), both `resume` and
+/// `overwrite`, an unwritable folder, a resume whose settings conflict with the run's
+/// `config.json`, a NaN / infinite loss (named with its batch; the model's weights are
+/// then those before that batch's update), an error that stopped burn-train, or a round
+/// whose metrics the learner did not report.
 pub fn fit<T, I, B>(
     task: T,
     train: Vec<I>,
@@ -319,27 +384,42 @@ where
             }
         }
     };
+    let used_devices = recorded_devices(cfg, devices)?;
     let dir = cfg.artifact_dir.clone();
-    if !options.resume && dir.join("checkpoint").exists() {
-        // A fresh run must not mix with an old one's checkpoints and logs.
-        for sub in ["checkpoint", "train", "valid"] {
-            let p = dir.join(sub);
-            if p.exists() {
-                std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
-            }
-        }
+    if options.resume && cfg.overwrite {
+        return Err(TrainError::Config(format!(
+            "both resume and overwrite are set for the run in {}: choose one",
+            dir.display()
+        )));
     }
     let start_epoch = if options.resume {
         last_complete_checkpoint(&dir)
     } else {
         None
     };
-    if start_epoch.is_some() {
-        check_resume(cfg, train.len())?;
-    } else if options.resume {
-        log::info!("nothing to resume in {}: starting a new run", dir.display());
-    }
-    cfg.save()?;
+    let metrics_csv = dir.join("metrics.csv");
+    let earlier = match start_epoch {
+        Some(k) => {
+            check_resume(cfg, train.len())?;
+            earlier_rounds(&metrics_csv, k)?
+        }
+        None => {
+            if options.resume {
+                log::info!(
+                    "nothing complete to resume in {}: starting the run again",
+                    dir.display()
+                );
+            } else if holds_a_run(&dir) && !cfg.overwrite {
+                return Err(TrainError::EarlierRun { dir });
+            }
+            // A fresh run must not mix with an old one's checkpoints, logs and metrics.
+            clear_earlier_run(&dir)?;
+            Vec::new()
+        }
+    };
+    let mut record = cfg.clone();
+    record.devices = used_devices;
+    record.save()?;
     let stream_record = serde_json::json!({ "train_examples": train.len() });
     write_atomic(
         &dir.join("stream.json"),
@@ -404,21 +484,43 @@ where
     if let Some(epoch) = start_epoch {
         training = training.checkpoint(epoch);
     }
-    match options.progress {
-        Progress::Auto if std::io::stdout().is_terminal() => {} // burn-train's TUI
-        Progress::BurnCli => {
-            training = training.renderer(Box::new(CliMetricsRenderer::new()));
+    let shown: Box<dyn MetricsRenderer> = match options.progress {
+        Progress::Auto if std::io::stdout().is_terminal() => {
+            default_renderer(training.interrupter(), start_epoch) // burn-train's TUI
         }
+        Progress::BurnCli => Box::new(CliMetricsRenderer::new()),
         Progress::Auto | Progress::Lines => {
             let sink = options
                 .report
                 .take()
                 .unwrap_or_else(|| Box::new(|r: &SplitReport| log::info!("{r}")));
-            training = training.renderer(Box::new(ReportRenderer::new(sink)));
+            Box::new(ReportRenderer::new(sink))
         }
-    }
+    };
+    // metrics.csv is rewritten at the end of every round, before the round's checkpoint,
+    // so a resumed run finds the rounds before it there.
+    let write_failure: Arc<Mutex<Option<TrainError>>> = Arc::default();
+    let on_round = {
+        let (earlier, path) = (earlier.clone(), metrics_csv.clone());
+        let (start, steps) = (start_epoch.unwrap_or(0), plan.steps_per_round);
+        let failure = write_failure.clone();
+        move |recorded: &BTreeMap<usize, RoundMetrics>| {
+            let written = run_rounds(&earlier, recorded, start, steps)
+                .and_then(|rows| write_atomic(&path, metrics_table(&rows).as_bytes()));
+            if let Err(e) = written {
+                let mut slot = failure.lock().unwrap_or_else(PoisonError::into_inner);
+                slot.get_or_insert(e);
+            }
+        }
+    };
+    let (recorder, recorded): (RoundRecorder, Recorded) = RoundRecorder::new(shown, on_round);
+    training = training.renderer(Box::new(recorder));
     let guard = NanGuard::new(training.interrupter());
-    let task = task.guarded(guard.clone()).to_device(&ad);
+    // `fork` keeps the gradient tracking of weights that already hold values (loaded, or
+    // set with `Param::from_tensor`), which `to_device` to the same autodiff device drops;
+    // `train` then tracks every parameter that is meant to train (a model built on the
+    // plain device included) and leaves frozen ones frozen.
+    let task = task.guarded(guard.clone()).fork(&ad).train();
 
     let mut optim = AdamWConfig::new()
         .with_beta_1(cfg.betas.0)
@@ -443,11 +545,26 @@ where
             value,
         });
     }
-    let mut epochs = read_epoch_means(&dir)?;
-    for (i, e) in epochs.iter_mut().enumerate() {
-        e.insert("step".into(), ((i + 1) * plan.steps_per_round) as f64);
+    if let Some(e) = result.error {
+        return Err(TrainError::Training(e.to_string()));
     }
-    let metrics_csv = dir.join("metrics.csv");
+    if let Some(e) = write_failure
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        return Err(e);
+    }
+    let recorded = recorded
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let epochs = run_rounds(
+        &earlier,
+        &recorded,
+        start_epoch.unwrap_or(0),
+        plan.steps_per_round,
+    )?;
     write_atomic(&metrics_csv, metrics_table(&epochs).as_bytes())?;
     let x_axis = match cfg.length {
         RunLength::Epochs(_) => "epoch",
@@ -469,63 +586,105 @@ where
     })
 }
 
-/// Reads burn-train's per-epoch metric logs (`{split}/epoch-{n}/{Metric}.log`, one
-/// batch value a line as `value` or `value,count`, then `value,final`) into per-epoch
-/// values: the `final` aggregate where present, else the count-weighted mean.
-pub fn read_epoch_means(dir: &Path) -> Result<Vec<BTreeMap<String, f64>>> {
-    let mut epochs: BTreeMap<usize, BTreeMap<String, f64>> = BTreeMap::new();
-    for split in ["train", "valid"] {
-        let Ok(entries) = std::fs::read_dir(dir.join(split)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let Some(epoch) = name
-                .strip_prefix("epoch-")
-                .and_then(|n| n.parse::<usize>().ok())
-            else {
-                continue;
-            };
-            for f in std::fs::read_dir(e.path())
-                .map_err(io_err(&e.path()))?
-                .flatten()
-            {
-                let fname = f.file_name().to_string_lossy().to_string();
-                let Some(metric) = fname.strip_suffix(".log") else {
-                    continue;
-                };
-                let text = std::fs::read_to_string(f.path()).map_err(io_err(&f.path()))?;
-                let (mut sum, mut n) = (0.0, 0.0);
-                let mut last_final = None;
-                for line in text.lines() {
-                    let mut parts = line.split(',');
-                    let Some(v) = parts.next().and_then(|v| v.trim().parse::<f64>().ok()) else {
-                        continue;
-                    };
-                    match parts.next().map(str::trim) {
-                        // burn-train's own aggregate of the epoch closes the file.
-                        Some("final") => last_final = Some(v),
-                        count => {
-                            let w = count.and_then(|c| c.parse::<f64>().ok()).unwrap_or(1.0);
-                            sum += v * w;
-                            n += w;
-                        }
-                    }
-                }
-                if let Some(v) = last_final {
-                    (sum, n) = (v, 1.0);
-                }
-                if n > 0.0 {
-                    let key = format!("{split}_{}", metric.to_lowercase());
-                    epochs.entry(epoch).or_default().insert(key, sum / n);
-                }
+/// The run's rounds: the `earlier` ones (of the run being resumed after round `start`),
+/// then those `recorded` from this process's event stream, each with its `step`.
+///
+/// # Errors
+/// [`TrainError::MissingMetrics`] when there is no round at all, when the recorded rounds
+/// do not follow on from `start` one by one, or when a round lacks its training or
+/// validation loss.
+pub(crate) fn run_rounds(
+    earlier: &[RoundMetrics],
+    recorded: &BTreeMap<usize, RoundMetrics>,
+    start: usize,
+    steps_per_round: usize,
+) -> Result<Vec<RoundMetrics>> {
+    let missing = |m: String| Err(TrainError::MissingMetrics(m));
+    let mut rows = earlier.to_vec();
+    for (i, (&round, metrics)) in recorded.iter().enumerate() {
+        if round != start + i + 1 {
+            return missing(format!(
+                "the learner reported round {round} where round {} was due",
+                start + i + 1
+            ));
+        }
+        let mut row = metrics.clone();
+        row.insert("step".into(), (round * steps_per_round) as f64);
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return missing("the learner reported no round".into());
+    }
+    for (i, row) in rows.iter().enumerate() {
+        for key in ["train_loss", "valid_loss"] {
+            if !row.contains_key(key) {
+                return missing(format!("round {} has no {key}", i + 1));
             }
         }
     }
-    let last = epochs.keys().max().copied().unwrap_or(0);
-    Ok((1..=last)
-        .map(|e| epochs.remove(&e).unwrap_or_default())
-        .collect())
+    Ok(rows)
+}
+
+/// The first `rounds` rounds of `metrics.csv` at `path`, written by the run being resumed.
+fn earlier_rounds(path: &Path, rounds: usize) -> Result<Vec<RoundMetrics>> {
+    let mut rows = read_metrics_table(path)?;
+    if rows.len() < rounds {
+        return Err(TrainError::MissingMetrics(format!(
+            "{} holds {} round(s), but the run resumes after round {rounds}",
+            path.display(),
+            rows.len()
+        )));
+    }
+    rows.truncate(rounds);
+    Ok(rows)
+}
+
+/// Reads a table written by [`metrics_table`]: per round, column -> value (empty cells
+/// are absent).
+///
+/// # Errors
+/// An unreadable file, or one that is not such a table (the line is named).
+pub fn read_metrics_table(path: &Path) -> Result<Vec<RoundMetrics>> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let bad = |line: usize, why: String| {
+        Err(TrainError::Format(format!(
+            "{}, line {line}: {why}",
+            path.display()
+        )))
+    };
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    if header.first() != Some(&"epoch") {
+        return bad(1, "the header does not start with 'epoch'".into());
+    }
+    let mut rows = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let cells: Vec<&str> = line.split(',').collect();
+        if cells.len() != header.len() {
+            return bad(
+                i + 2,
+                format!("{} cells under {} columns", cells.len(), header.len()),
+            );
+        }
+        if cells[0] != (i + 1).to_string() {
+            return bad(
+                i + 2,
+                format!("round '{}' where {} was due", cells[0], i + 1),
+            );
+        }
+        let mut row = RoundMetrics::new();
+        for (name, cell) in header.iter().zip(&cells).skip(1) {
+            if cell.is_empty() {
+                continue;
+            }
+            match cell.parse::<f64>() {
+                Ok(v) => row.insert((*name).to_string(), v),
+                Err(_) => return bad(i + 2, format!("'{cell}' in column {name} is not a number")),
+            };
+        }
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 /// The per-epoch table as CSV: `epoch` then one column per `split_metric`.
@@ -580,5 +739,70 @@ mod tests {
             metrics_table(&[a, b]),
             "epoch,step,train_loss,valid_loss\n1,10,2,2.5\n2,20,1,\n"
         );
+    }
+
+    fn round(train: f64, valid: f64) -> RoundMetrics {
+        RoundMetrics::from([("train_loss".into(), train), ("valid_loss".into(), valid)])
+    }
+
+    #[test]
+    fn rounds_follow_the_earlier_ones_with_their_steps() {
+        let earlier = vec![{
+            let mut r = round(2.0, 2.5);
+            r.insert("step".into(), 10.0);
+            r
+        }];
+        let recorded = BTreeMap::from([(2, round(1.0, 1.5)), (3, round(0.5, 1.25))]);
+        let rows = run_rounds(&earlier, &recorded, 1, 10).unwrap();
+        let steps: Vec<f64> = rows.iter().map(|r| r["step"]).collect();
+        let valid: Vec<f64> = rows.iter().map(|r| r["valid_loss"]).collect();
+        assert_eq!(steps, [10.0, 20.0, 30.0]);
+        assert_eq!(valid, [2.5, 1.5, 1.25]);
+    }
+
+    #[test]
+    fn missing_rounds_and_losses_are_errors() {
+        let msg = |r: Result<Vec<RoundMetrics>>| r.unwrap_err().to_string();
+        assert_eq!(
+            msg(run_rounds(&[], &BTreeMap::new(), 0, 10)),
+            "missing metrics: the learner reported no round"
+        );
+        let gap = BTreeMap::from([(1, round(1.0, 1.0)), (3, round(1.0, 1.0))]);
+        assert_eq!(
+            msg(run_rounds(&[], &gap, 0, 10)),
+            "missing metrics: the learner reported round 3 where round 2 was due"
+        );
+        let mut no_valid = round(1.0, 1.0);
+        no_valid.remove("valid_loss");
+        let rows = BTreeMap::from([(1, round(1.0, 1.0)), (2, no_valid)]);
+        assert_eq!(
+            msg(run_rounds(&[], &rows, 0, 10)),
+            "missing metrics: round 2 has no valid_loss"
+        );
+    }
+
+    #[test]
+    fn the_table_reads_back() {
+        let dir = std::env::temp_dir().join(format!("zoo-train-table-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.csv");
+        let mut second = round(0.125, f64::NAN);
+        second.remove("valid_loss");
+        let rows = vec![round(2.0, 2.5), second];
+        std::fs::write(&path, metrics_table(&rows)).unwrap();
+        assert_eq!(read_metrics_table(&path).unwrap(), rows);
+        std::fs::write(&path, "epoch,train_loss\n1,0.5\n3,0.25\n").unwrap();
+        assert_eq!(
+            read_metrics_table(&path).unwrap_err().to_string(),
+            format!("{}, line 3: round '3' where 2 was due", path.display())
+        );
+        std::fs::write(&path, "epoch,train_loss\n1,lots\n").unwrap();
+        assert!(
+            read_metrics_table(&path)
+                .unwrap_err()
+                .to_string()
+                .ends_with("line 2: 'lots' in column train_loss is not a number")
+        );
+        std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -1,0 +1,71 @@
+//! The 8×8 handwritten digits as `[B, 1, 8, 8]` images, and a small convolutional network
+//! to classify them.
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::module::Module;
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use zoo_data::digits::{CLASSES, DigitImage, SIDE};
+use zoo_train::{ClassLogits, ClassificationBatch, ModelError};
+
+/// Batches digits as `[B, 1, 8, 8]` images with their labels.
+#[derive(Debug, Clone, Default)]
+pub struct DigitBatcher;
+
+impl Batcher<DigitImage, ClassificationBatch<Tensor<4>>> for DigitBatcher {
+    fn batch(&self, items: Vec<DigitImage>, device: &Device) -> ClassificationBatch<Tensor<4>> {
+        let n = items.len();
+        let x: Vec<f32> = items
+            .iter()
+            .flat_map(|i| i.pixels.iter().copied())
+            .collect();
+        let y: Vec<i64> = items.iter().map(|i| i.label as i64).collect();
+        ClassificationBatch {
+            inputs: Tensor::from_data(TensorData::new(x, [n, 1, SIDE, SIDE]), device),
+            targets: Tensor::<1, Int>::from_data(TensorData::new(y, [n]), device),
+        }
+    }
+}
+
+/// Two 3×3 convolutions (8 and 16 channels, ReLU), a 2×2 max-pool, a linear classifier.
+#[derive(Module, Debug)]
+pub struct DigitCnn {
+    /// `1 -> 8` channels, 8×8.
+    pub conv1: Conv2d,
+    /// `8 -> 16` channels, 8×8.
+    pub conv2: Conv2d,
+    /// 8×8 -> 4×4.
+    pub pool: MaxPool2d,
+    /// `16·4·4 -> 10`.
+    pub head: Linear,
+}
+
+impl DigitCnn {
+    /// A freshly initialised network.
+    pub fn new(device: &Device) -> Self {
+        let conv = |c_in, c_out| {
+            Conv2dConfig::new([c_in, c_out], [3, 3])
+                .with_padding(PaddingConfig2d::Same)
+                .init(device)
+        };
+        Self {
+            conv1: conv(1, 8),
+            conv2: conv(8, 16),
+            pool: MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init(),
+            head: LinearConfig::new(16 * 4 * 4, CLASSES).init(device),
+        }
+    }
+}
+
+impl ClassLogits for DigitCnn {
+    type Input = Tensor<4>;
+
+    fn class_logits(&self, x: Tensor<4>) -> Result<Tensor<2>, ModelError> {
+        let x = relu(self.conv1.forward(x));
+        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        Ok(self.head.forward(x.flatten(1, 3)))
+    }
+}

@@ -244,12 +244,16 @@ macro_rules! supervised_steps {
                     Err(e) => {
                         // Stop the run and hand the learner an empty step; `fit` reports
                         // the error once the learner has stopped.
-                        let out = failed_step(
+                        // No gradients: the guard skips the optimiser step anyway.
+                        let item = failed_step(
                             self.guard.as_ref(),
                             &e,
                             $placeholder(&self.model.devices()[0]),
                         );
-                        return TrainOutput::new(self, out.loss.backward(), out);
+                        return TrainOutput {
+                            grads: GradientsParams::new(),
+                            item,
+                        };
                     }
                 };
                 if let Some(g) = &self.guard {

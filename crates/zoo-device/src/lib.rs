@@ -18,6 +18,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use burn::tensor::{Device, Tensor};
 
@@ -102,7 +103,7 @@ impl FromStr for BackendName {
 }
 
 /// Why a backend could not be turned into a device.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DeviceError {
     /// The name is not one the zoo knows.
@@ -167,7 +168,7 @@ pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, Devi
         });
     }
     let device = construct(backend, index)?;
-    probe(backend, &device)?;
+    probe_once(backend, index, || probe(backend, &device))?;
     Ok(device)
 }
 
@@ -290,17 +291,46 @@ fn construct(backend: BackendName, index: usize) -> Result<Device, DeviceError> 
     }
 }
 
+/// Runs `probe` for a device the first time it is asked for, and gives every later call
+/// (from any thread) the first answer. A backend that found no device will not find one
+/// later in the same process, and a probe can be slow (a GPU context, libtorch loading).
+fn probe_once(
+    backend: BackendName,
+    index: usize,
+    probe: impl FnOnce() -> Result<(), DeviceError>,
+) -> Result<(), DeviceError> {
+    type Answer = Arc<OnceLock<Result<(), DeviceError>>>;
+    static ANSWERS: Mutex<Vec<((BackendName, usize), Answer)>> = Mutex::new(Vec::new());
+    let answer = {
+        // The list is only ever pushed to, so it is whole even if a holder panicked.
+        let mut answers = ANSWERS.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (backend, index);
+        match answers.iter().find(|(k, _)| *k == key) {
+            Some((_, answer)) => Arc::clone(answer),
+            None => {
+                let answer = Answer::default();
+                answers.push((key, Arc::clone(&answer)));
+                answer
+            }
+        }
+    };
+    // Callers that arrive while the probe runs wait for its answer.
+    answer.get_or_init(probe).clone()
+}
+
 /// Runs one small operation so that a backend with no usable device fails here, with a
 /// message, rather than later inside a kernel.
+///
+/// The process's panic hook is left alone: swapping it here raced with every other thread
+/// (tests run in parallel), and could leave the hook silenced for good. A backend that
+/// panics on its first operation therefore prints its panic message once, on stderr,
+/// before the error returned here says the same in one line.
 fn probe(backend: BackendName, device: &Device) -> Result<(), DeviceError> {
     let device = device.clone();
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
     let result = std::panic::catch_unwind(move || {
         let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
         x.sum().into_scalar::<f32>()
     });
-    std::panic::set_hook(previous);
     match result {
         Ok(v) if (v - 3.0).abs() < 1e-6 => Ok(()),
         Ok(v) => Err(DeviceError::NoDevice {
@@ -458,6 +488,42 @@ mod tests {
             assert_eq!(x.sum().into_scalar::<f32>(), 6.0);
         }
     }
+
+    #[test]
+    fn each_device_is_probed_once_even_from_many_threads() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let runs = AtomicUsize::new(0);
+        let no_device = DeviceError::NoDevice {
+            backend: BackendName::Cuda,
+            reason: "none here".into(),
+        };
+        // An index no other test asks for, so this test owns the cached answer.
+        let index = 4097;
+        std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        probe_once(BackendName::Cuda, index, || {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            Err(no_device.clone())
+                        })
+                    })
+                })
+                .collect();
+            for caller in callers {
+                assert_eq!(caller.join().unwrap(), Err(no_device.clone()));
+            }
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            probe_once(BackendName::Cuda, index, || panic!("probed a second time")),
+            Err(no_device.clone())
+        );
+        // Another index of the same backend is another device, probed on its own.
+        assert_eq!(probe_once(BackendName::Cuda, index + 1, || Ok(())), Ok(()));
+    }
+
 }
 
 /// Small helpers for tests that compare tensors, shared by every crate's tests.

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -395,18 +396,36 @@ pub fn test_backend() -> BackendName {
 ///
 /// The matrix sets `ZOO_SKIP_LOG` to a file; each call appends one line naming the test and
 /// the reason, so `cargo xtask ci` can report skipped tests and fail when a required backend
-/// was skipped. Without the variable this only logs.
+/// was skipped. Without the variable (or with it empty) this only logs.
+///
+/// # Panics
+/// When the file named by `ZOO_SKIP_LOG` cannot be opened or written. A skip the matrix
+/// cannot count would let the test pass as if it had run, so it fails instead.
 pub fn record_skip(test: &str, reason: &str) {
     log::warn!("skipped {test}: {reason}");
-    if let Ok(path) = std::env::var("ZOO_SKIP_LOG") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{test}\t{reason}");
-        }
+    if let Some(path) = std::env::var_os("ZOO_SKIP_LOG").filter(|path| !path.is_empty()) {
+        append_skip(Path::new(&path), test, reason);
+    }
+}
+
+/// Appends `test<TAB>reason` as one line of the skip log at `path`; line breaks and tabs
+/// inside the reason become spaces, since the matrix counts one skip per line.
+///
+/// # Panics
+/// When the file cannot be opened or written, naming the path and the error.
+fn append_skip(path: &Path, test: &str, reason: &str) {
+    use std::io::Write;
+    let reason = reason.replace(['\n', '\r', '\t'], " ");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| writeln!(file, "{test}\t{reason}"));
+    if let Err(err) = written {
+        panic!(
+            "cannot record the skip of {test} in ZOO_SKIP_LOG={}: {err}",
+            path.display()
+        );
     }
 }
 
@@ -524,6 +543,40 @@ mod tests {
         assert_eq!(probe_once(BackendName::Cuda, index + 1, || Ok(())), Ok(()));
     }
 
+    /// A path in the temporary folder that no other test uses.
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("zoo-device-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn skips_are_appended_one_line_each() {
+        let path = temp_path("skips.log");
+        let _ = std::fs::remove_file(&path);
+        append_skip(&path, "gpu_only", "no adapter");
+        append_skip(&path, "multi_line", "first\nsecond\tthird");
+        let log = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            log,
+            "gpu_only\tno adapter\nmulti_line\tfirst second third\n"
+        );
+    }
+
+    #[test]
+    fn a_skip_that_cannot_be_written_fails_the_test() {
+        let path = temp_path("no-such-folder").join("skips.log");
+        let panicked = std::panic::catch_unwind(|| append_skip(&path, "gpu_only", "no adapter"))
+            .expect_err("a lost skip must fail the test that skipped");
+        let msg = panicked.downcast_ref::<String>().unwrap();
+        let io = std::fs::File::open(&path).unwrap_err();
+        assert_eq!(
+            *msg,
+            format!(
+                "cannot record the skip of gpu_only in ZOO_SKIP_LOG={}: {io}",
+                path.display()
+            )
+        );
+    }
 }
 
 /// Small helpers for tests that compare tensors, shared by every crate's tests.

@@ -84,6 +84,84 @@ impl BackendName {
             Self::Cuda => cfg!(feature = "cuda"),
         }
     }
+
+    /// The backend a device runs on, read from Burn's device enum (an autodiff device
+    /// answers for the device it wraps). `None` for a device the zoo has no name for:
+    /// libtorch on MPS or Vulkan, CubeCL's CPU, HIP or native Metal runtimes.
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use zoo_device::BackendName;
+    /// assert_eq!(BackendName::of(&Device::flex().autodiff()), Some(BackendName::Flex));
+    /// ```
+    pub fn of(device: &Device) -> Option<Self> {
+        match runtime_of(device) {
+            Runtime::Named(backend) => Some(backend),
+            Runtime::OtherLibTorch | Runtime::Other => None,
+        }
+    }
+}
+
+/// What the zoo needs to know about the backend behind a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    /// A device that `--device <name>` selects.
+    Named(BackendName),
+    /// libtorch on a device the zoo has no name for (MPS, Vulkan).
+    OtherLibTorch,
+    /// Any other device Burn knows.
+    Other,
+}
+
+/// The one place where the zoo tells backends apart. It matches on the variants of
+/// burn-dispatch's `DispatchDevice`, which `Device::as_dispatch` exposes for this purpose;
+/// a variant exists only when its backend is compiled in, hence the `cfg` on each arm.
+#[allow(deprecated)] // burn-ndarray and burn-tch are deprecated upstream but are backends our users run
+fn runtime_of(device: &Device) -> Runtime {
+    use burn_dispatch::DispatchDevice;
+    let device = device.clone().without_autodiff();
+    match device.as_dispatch() {
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => Runtime::Named(BackendName::Flex),
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => Runtime::Named(BackendName::NdArray),
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(libtorch) => {
+            use burn_dispatch::devices::LibTorchDevice;
+            match libtorch {
+                LibTorchDevice::Cpu => Runtime::Named(BackendName::Tch),
+                LibTorchDevice::Cuda(_) => Runtime::Named(BackendName::TchCuda),
+                LibTorchDevice::Mps | LibTorchDevice::Vulkan => Runtime::OtherLibTorch,
+            }
+        }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        DispatchDevice::Cube(cube) => {
+            use burn_dispatch::devices::CubeDevice;
+            match cube {
+                CubeDevice::Wgpu(_) => Runtime::Named(BackendName::Wgpu),
+                CubeDevice::Cuda(_) => Runtime::Named(BackendName::Cuda),
+                _ => Runtime::Other,
+            }
+        }
+        #[allow(unreachable_patterns)] // when every variant Burn compiled in is matched above
+        _ => Runtime::Other,
+    }
+}
+
+/// Whether the device runs on libtorch (`tch`, `tch-cuda`, or libtorch's MPS and Vulkan
+/// devices), whose fused attention in burn-tch 0.22.1 reads boolean masks inverted.
+pub fn is_libtorch(device: &Device) -> bool {
+    matches!(
+        runtime_of(device),
+        Runtime::Named(BackendName::Tch | BackendName::TchCuda) | Runtime::OtherLibTorch
+    )
+}
+
+/// Whether Burn 0.22.1 implements collective operations (the all-reduce of distributed
+/// data-parallel training) on this device: only CubeCL CUDA does; on other devices the
+/// all-reduce would panic inside a worker thread.
+pub fn has_collectives(device: &Device) -> bool {
+    runtime_of(device) == Runtime::Named(BackendName::Cuda)
 }
 
 impl fmt::Display for BackendName {
@@ -506,6 +584,84 @@ mod tests {
             let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &d);
             assert_eq!(x.sum().into_scalar::<f32>(), 6.0);
         }
+    }
+
+    /// What [`BackendName::of`], [`is_libtorch`] and [`has_collectives`] must say about
+    /// a device of `backend`, with and without autodiff.
+    fn assert_recognised(device: &Device, backend: BackendName) {
+        for d in [device.clone(), device.clone().autodiff()] {
+            assert_eq!(BackendName::of(&d), Some(backend), "{d:?}");
+            assert_eq!(
+                is_libtorch(&d),
+                matches!(backend, BackendName::Tch | BackendName::TchCuda),
+                "{d:?}"
+            );
+            assert_eq!(has_collectives(&d), backend == BackendName::Cuda, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn the_test_device_is_recognised_as_its_backend() {
+        // The backend matrix runs this once per `ZOO_TEST_DEVICE`, on the real device.
+        assert_recognised(&test_device(), test_backend());
+    }
+
+    #[test]
+    fn every_compiled_backend_is_recognised() {
+        // `construct` makes the device value without running anything on it, so the
+        // GPU backends are covered here too when their device type needs no GPU to exist
+        // (`tch-cuda`); wgpu and cuda answer `NoDevice` where they find no adapter.
+        let mut recognised = Vec::new();
+        for backend in compiled_backends() {
+            match construct(backend, 0) {
+                Ok(device) => {
+                    assert_recognised(&device, backend);
+                    recognised.push(backend);
+                }
+                Err(DeviceError::NoDevice { .. }) => {}
+                Err(e) => panic!("{backend}: {e}"),
+            }
+        }
+        if cfg!(feature = "flex") {
+            assert!(recognised.contains(&BackendName::Flex), "{recognised:?}");
+        }
+        if cfg!(feature = "tch") {
+            assert!(recognised.contains(&BackendName::TchCuda), "{recognised:?}");
+        }
+    }
+
+    #[cfg(feature = "tch")]
+    #[test]
+    #[allow(deprecated)] // burn-tch is deprecated upstream but is a backend our users run
+    fn libtorch_devices_are_told_apart() {
+        assert_recognised(&Device::libtorch(), BackendName::Tch);
+        assert_recognised(&Device::libtorch_cuda(1), BackendName::TchCuda);
+        // libtorch devices the zoo has no name for still read masks the libtorch way.
+        for d in [Device::libtorch_mps(), Device::libtorch_vulkan()] {
+            assert_eq!(BackendName::of(&d), None);
+            assert!(is_libtorch(&d) && !has_collectives(&d));
+        }
+    }
+
+    /// A CubeCL CUDA device value, made without the `cuda` feature: cubecl's device enum
+    /// has every runtime's variant in every build, and making the value touches no GPU.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn cubecl_cuda_devices_have_collectives() {
+        use burn_dispatch::devices::CubeDevice;
+        let cuda = Device::new(CubeDevice::Cuda(Default::default()));
+        assert_recognised(&cuda, BackendName::Cuda);
+        let wgpu = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        assert_recognised(&wgpu, BackendName::Wgpu);
+        let cpu = Device::new(CubeDevice::Cpu(Default::default()));
+        assert_eq!(BackendName::of(&cpu), None);
+        assert!(!has_collectives(&cpu) && !is_libtorch(&cpu));
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_devices_are_recognised_without_a_gpu() {
+        assert_recognised(&Device::cuda(1), BackendName::Cuda);
     }
 
     #[test]

@@ -736,6 +736,10 @@ mod tests {
 }
 
 /// Small helpers for tests that compare tensors, shared by every crate's tests.
+///
+/// Every comparison here fails on a NaN in either input and on a shape or length
+/// mismatch: a NaN compares false with everything, so a check written as
+/// `max_abs_diff(a, b) < tol` or `> tol` fails whichever way it is written.
 pub mod testing {
     use burn::tensor::{Bool, Int, Tensor};
 
@@ -752,22 +756,182 @@ pub mod testing {
             .expect("converted to i64")
     }
 
-    /// Largest absolute difference between two tensors of the same shape.
+    /// The values of a float tensor as `f32`, whatever the backend's float type.
+    pub fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .expect("converted to f32")
+    }
+
+    /// Largest absolute difference between two tensors of the same shape, on any
+    /// devices; NaN when either holds a NaN (see [`max_abs_diff_slices`]).
     ///
     /// # Panics
     /// When the shapes differ.
     pub fn max_abs_diff<const D: usize>(a: &Tensor<D>, b: &Tensor<D>) -> f32 {
-        assert_eq!(a.dims(), b.dims(), "shapes differ");
-        let a = a.clone().to_device(&b.device());
-        (a - b.clone()).abs().max().into_scalar::<f32>()
+        let (da, db) = (a.dims(), b.dims());
+        assert_eq!(da, db, "max_abs_diff: shapes differ: {da:?} vs {db:?}");
+        max_abs_diff_slices(&floats(a.clone()), &floats(b.clone()))
     }
 
-    /// Asserts that two tensors agree within `tol`, absolute.
+    /// Largest absolute difference between two slices of the same length. NaN when
+    /// either holds a NaN; equal infinities agree, and an infinity against anything else
+    /// differs by infinity.
     ///
     /// # Panics
-    /// When they do not.
+    /// When the lengths differ.
+    pub fn max_abs_diff_slices(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "max_abs_diff: lengths differ: {} vs {}",
+            a.len(),
+            b.len()
+        );
+        let mut worst = 0.0f32;
+        for (&x, &y) in a.iter().zip(b) {
+            if x.is_nan() || y.is_nan() {
+                return f32::NAN;
+            }
+            if x != y {
+                worst = worst.max((x - y).abs());
+            }
+        }
+        worst
+    }
+
+    /// Largest `|want - got| / (atol + rtol * |want|)` over two slices of the same length:
+    /// at most 1 when every value agrees within `atol + rtol * |want|`. NaN when either
+    /// holds a NaN; equal infinities agree.
+    ///
+    /// # Panics
+    /// When the lengths differ.
+    pub fn max_scaled_diff(want: &[f32], got: &[f32], atol: f32, rtol: f32) -> f32 {
+        assert_eq!(
+            want.len(),
+            got.len(),
+            "max_scaled_diff: lengths differ: {} vs {}",
+            want.len(),
+            got.len()
+        );
+        let mut worst = 0.0f32;
+        for (&w, &g) in want.iter().zip(got) {
+            if w.is_nan() || g.is_nan() {
+                return f32::NAN;
+            }
+            if w != g {
+                worst = worst.max((w - g).abs() / (atol + rtol * w.abs()));
+            }
+        }
+        worst
+    }
+
+    /// Asserts that two tensors of the same shape agree within `tol`, absolute.
+    ///
+    /// # Panics
+    /// When they do not, when either holds a NaN, or when the shapes differ.
     pub fn assert_close<const D: usize>(a: &Tensor<D>, b: &Tensor<D>, tol: f32) {
         let d = max_abs_diff(a, b);
+        assert!(
+            !d.is_nan(),
+            "a NaN in the compared tensors of shape {:?}",
+            a.dims()
+        );
         assert!(d <= tol, "max abs difference {d} > {tol}");
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use burn::tensor::Device;
+
+        fn device() -> Device {
+            crate::test_device()
+        }
+
+        #[test]
+        fn max_abs_diff_is_the_largest_gap() {
+            let d = device();
+            let a = Tensor::<2>::from_floats([[1.0, -2.0], [3.0, 4.0]], &d);
+            let b = Tensor::<2>::from_floats([[1.5, -2.0], [0.5, 4.25]], &d);
+            assert_eq!(max_abs_diff(&a, &b), 2.5);
+            assert_eq!(max_abs_diff(&a, &a), 0.0);
+        }
+
+        #[test]
+        fn a_nan_in_either_tensor_is_neither_close_nor_far() {
+            let d = device();
+            let clean = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &d);
+            let dirty = Tensor::<1>::from_floats([1.0, f32::NAN, 3.0], &d);
+            for (a, b) in [(&clean, &dirty), (&dirty, &clean), (&dirty, &dirty)] {
+                let diff = max_abs_diff(a, b);
+                assert!(diff.is_nan(), "{diff}");
+                // Both ways a test may be written fail.
+                let (close, far) = (diff < 1.0, diff > 1e-3);
+                assert!(!close && !far);
+            }
+            assert!(max_abs_diff_slices(&[0.0, f32::NAN], &[0.0, 0.0]).is_nan());
+            assert!(max_abs_diff_slices(&[f32::NAN], &[f32::NAN]).is_nan());
+        }
+
+        #[test]
+        #[should_panic(expected = "a NaN in the compared tensors of shape [3]")]
+        fn assert_close_fails_on_nan() {
+            let d = device();
+            let a = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &d);
+            let b = Tensor::<1>::from_floats([1.0, 2.0, f32::NAN], &d);
+            assert_close(&a, &b, 1e-3);
+        }
+
+        #[test]
+        #[should_panic(expected = "max abs difference 0.5 > 0.1")]
+        fn assert_close_fails_beyond_the_tolerance() {
+            let d = device();
+            let a = Tensor::<1>::from_floats([1.0, 2.0], &d);
+            let b = Tensor::<1>::from_floats([1.0, 2.5], &d);
+            assert_close(&a, &b, 0.1);
+        }
+
+        #[test]
+        #[should_panic(expected = "max_abs_diff: shapes differ: [2, 3] vs [3, 2]")]
+        fn tensors_of_other_shapes_are_not_compared() {
+            let d = device();
+            let a = Tensor::<2>::zeros([2, 3], &d);
+            let b = Tensor::<2>::zeros([3, 2], &d);
+            max_abs_diff(&a, &b);
+        }
+
+        #[test]
+        #[should_panic(expected = "max_abs_diff: lengths differ: 3 vs 2")]
+        fn slices_of_other_lengths_are_not_compared() {
+            // A zip would compare the first two values and call them equal.
+            max_abs_diff_slices(&[1.0, 2.0, 3.0], &[1.0, 2.0]);
+        }
+
+        #[test]
+        #[should_panic(expected = "max_scaled_diff: lengths differ: 1 vs 2")]
+        fn scaled_slices_of_other_lengths_are_not_compared() {
+            max_scaled_diff(&[1.0], &[1.0, 2.0], 1e-5, 1e-4);
+        }
+
+        #[test]
+        fn infinities_agree_only_with_themselves() {
+            let inf = f32::INFINITY;
+            assert_eq!(max_abs_diff_slices(&[inf, -inf], &[inf, -inf]), 0.0);
+            assert_eq!(max_abs_diff_slices(&[inf], &[1.0]), inf);
+            assert_eq!(max_abs_diff_slices(&[inf], &[-inf]), inf);
+        }
+
+        #[test]
+        fn scaled_difference_uses_the_reference_magnitude() {
+            // 0.02 / (0.01 + 0.001 * 100) = 0.18 at the large value,
+            // 0.005 / (0.01 + 0.001 * 0) = 0.5 at zero: the worst.
+            let got = max_scaled_diff(&[100.0, 0.0], &[100.02, 0.005], 0.01, 0.001);
+            assert!((got - 0.5).abs() < 1e-4, "{got}");
+            let got = max_scaled_diff(&[100.0], &[100.02], 0.01, 0.001);
+            assert!((got - 0.02 / 0.11).abs() < 1e-3, "{got}");
+            assert!(max_scaled_diff(&[1.0, f32::NAN], &[1.0, 1.0], 0.01, 0.001).is_nan());
+        }
     }
 }

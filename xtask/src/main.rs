@@ -2,9 +2,10 @@
 //!
 //! * `setup` makes sure a Python virtual environment under the cache root holds
 //!   `torch==2.9.0`; the `tch` backend links against the libtorch shipped inside it.
-//! * `ci` is the whole check a change must pass: formatting, clippy (every backend,
-//!   CUDA included), the test suite on `flex` (doctests included), then the unit and
-//!   integration tests again on `ndarray`, `wgpu` and `tch`, and a per-backend summary.
+//! * `ci` is the whole check a change must pass: formatting, documented commands with
+//!   cargo's options before `--`, clippy (every backend, CUDA included), the test suite
+//!   on `flex` (doctests included), then the unit and integration tests again on
+//!   `ndarray`, `wgpu` and `tch`, and a per-backend summary.
 //! * `bench <what> [args...]` runs one binary of the `zoo-bench` package.
 //!
 //! Every cargo command started here gets the same libtorch environment, so cargo never
@@ -35,6 +36,15 @@ const MATRIX_BACKENDS: [&str; 3] = ["ndarray", "wgpu", "tch"];
 /// Backends that must not skip any test in CI: the CI machine provides them for real.
 const MUST_RUN_BACKENDS: [&str; 2] = ["wgpu", "tch"];
 
+/// Options of cargo itself, which mean nothing to a program after `--`.
+const CARGO_ONLY_OPTIONS: [&str; 5] = [
+    "--features",
+    "-F",
+    "--no-default-features",
+    "--all-features",
+    "--release",
+];
+
 /// Errors are reported to the user as one message, then the task exits with 1.
 type Result<T> = std::result::Result<T, String>;
 
@@ -43,7 +53,8 @@ usage: cargo xtask <task> [args...]
 
 tasks:
   setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
-  ci                    fmt check, clippy, tests on flex, then tests on ndarray, wgpu and tch
+  ci                    fmt check, documented commands, clippy, tests on flex, then tests on
+                        ndarray, wgpu and tch
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
   help                  print this message
 
@@ -479,6 +490,9 @@ fn ci() -> Result<bool> {
             "format check",
         )
     })?;
+    step("documented commands put cargo options before `--`", || {
+        check_documented_commands(&workspace_root())
+    })?;
     step("clippy (flex, ndarray, wgpu, tch)", || {
         let args = [
             "clippy",
@@ -643,9 +657,156 @@ fn bench(args: &[String]) -> Result<bool> {
     Ok(status.success())
 }
 
+/// The cargo options in a command line that come after its `--`, where cargo hands them
+/// to the program instead (`cargo run --example names -- --features wgpu`). Empty for a
+/// line that runs no cargo command.
+fn cargo_options_after_separator(line: &str) -> Vec<&str> {
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .map(|word| word.trim_matches(|c| c == '`' || c == '.' || c == ','))
+        .collect();
+    let Some(cargo) = words.iter().position(|word| *word == "cargo") else {
+        return Vec::new();
+    };
+    let rest = &words[cargo..];
+    let Some(separator) = rest.iter().position(|word| *word == "--") else {
+        return Vec::new();
+    };
+    rest[separator + 1..]
+        .iter()
+        .copied()
+        .filter(|word| {
+            CARGO_ONLY_OPTIONS
+                .iter()
+                .any(|option| word == option || word.starts_with(&format!("{option}=")))
+        })
+        .collect()
+}
+
+/// Fails, naming each file and line, where a documented command puts a cargo option
+/// after its `--` (cargo would hand it to the program, which rejects it).
+fn check_documented_commands(root: &Path) -> Result<()> {
+    let mut wrong = Vec::new();
+    for file in documented_commands_files(root)? {
+        let text = fs::read_to_string(&file)
+            .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+        for (number, line) in text.lines().enumerate() {
+            let options = cargo_options_after_separator(line);
+            if !options.is_empty() {
+                wrong.push(format!(
+                    "{}:{}: {} after `--`",
+                    file.display(),
+                    number + 1,
+                    options.join(" ")
+                ));
+            }
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo options placed where cargo passes them to the program:\n{}",
+            wrong.join("\n")
+        ))
+    }
+}
+
+/// The files whose command lines users copy: the READMEs of the workspace, its crates and
+/// its examples, and the example sources (their `//!` headers show how to run them).
+fn documented_commands_files(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = vec![root.join("README.md")];
+    for folder in ["crates", "examples"] {
+        let mut pending = vec![root.join(folder)];
+        while let Some(dir) = pending.pop() {
+            let entries = fs::read_dir(&dir)
+                .map_err(|err| format!("cannot list {}: {err}", dir.display()))?;
+            for entry in entries {
+                let path = entry
+                    .map_err(|err| format!("cannot list {}: {err}", dir.display()))?
+                    .path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if path.file_name().is_some_and(|name| name == "README.md")
+                    || (folder == "examples" && path.extension().is_some_and(|ext| ext == "rs"))
+                {
+                    files.push(path);
+                }
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cargo_options_after_the_separator_are_found() {
+        assert_eq!(
+            cargo_options_after_separator(
+                "//! cargo run --release --example names -- --device wgpu --features wgpu"
+            ),
+            ["--features"]
+        );
+        assert_eq!(
+            cargo_options_after_separator("`cargo run --example names -- -F wgpu --release`."),
+            ["-F", "--release"]
+        );
+        assert_eq!(
+            cargo_options_after_separator("cargo run -- --features=wgpu"),
+            ["--features=wgpu"]
+        );
+        let right = "cargo run --release --example names --features wgpu -- --device wgpu";
+        assert!(cargo_options_after_separator(right).is_empty());
+        assert!(cargo_options_after_separator("zoo -- --features x").is_empty());
+        assert!(cargo_options_after_separator("cargo fmt --all -- --check").is_empty());
+    }
+
+    #[test]
+    fn documented_commands_put_cargo_options_before_the_separator() {
+        let root = workspace_root();
+        let files = documented_commands_files(&root).unwrap();
+        for expected in [
+            "README.md",
+            "examples/names/README.md",
+            "examples/names/main.rs",
+        ] {
+            assert!(
+                files.contains(&root.join(expected)),
+                "{expected}: {files:?}"
+            );
+        }
+        if let Err(message) = check_documented_commands(&root) {
+            panic!("{message}");
+        }
+    }
+
+    #[test]
+    fn a_misplaced_cargo_option_is_reported_with_its_line() {
+        let root = env::temp_dir().join(format!("xtask-docs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("examples/names")).unwrap();
+        fs::create_dir_all(root.join("crates")).unwrap();
+        fs::write(root.join("README.md"), "cargo run --example names\n").unwrap();
+        fs::write(
+            root.join("examples/names/main.rs"),
+            "//! Run:\n//! cargo run --example names -- --features wgpu\n",
+        )
+        .unwrap();
+        let message = check_documented_commands(&root).unwrap_err();
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            message,
+            format!(
+                "cargo options placed where cargo passes them to the program:\n\
+                 {}:2: --features after `--`",
+                root.join("examples/names/main.rs").display()
+            )
+        );
+    }
 
     #[test]
     fn cargo_commands_drop_the_package_variables_of_xtask() {

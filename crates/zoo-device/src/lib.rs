@@ -190,7 +190,8 @@ pub enum DeviceError {
     UnknownBackend(String),
     /// The backend exists but this build was compiled without it.
     #[error(
-        "backend '{backend}' is not compiled into this build: rebuild with `--features {feature}`"
+        "backend '{backend}' is not compiled into this build: rebuild with `--features {feature}` \
+         (a cargo option: it goes before `--`)"
     )]
     NotCompiled {
         /// The backend asked for.
@@ -530,7 +531,8 @@ mod tests {
         };
         assert_eq!(
             err.to_string(),
-            "backend 'wgpu' is not compiled into this build: rebuild with `--features wgpu`"
+            "backend 'wgpu' is not compiled into this build: rebuild with `--features wgpu` \
+             (a cargo option: it goes before `--`)"
         );
         for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_compiled()) {
             assert!(matches!(select(b), Err(DeviceError::NotCompiled { .. })));

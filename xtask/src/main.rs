@@ -3,9 +3,10 @@
 //! * `setup` makes sure a Python virtual environment under the cache root holds
 //!   `torch==2.9.0`; the `tch` backend links against the libtorch shipped inside it.
 //! * `ci` is the whole check a change must pass: formatting, documented commands with
-//!   cargo's options before `--`, clippy (every backend, CUDA included), the test suite
-//!   on `flex` (doctests included), then the unit and integration tests again on
-//!   `ndarray`, `wgpu` and `tch`, and a per-backend summary.
+//!   cargo's options before `--`, clippy (every backend, CUDA included), a build of the
+//!   README's first command with default features, the test suite on `flex` (doctests
+//!   included), then the unit and integration tests again on `ndarray`, `wgpu` and
+//!   `tch`, and a per-backend summary.
 //! * `bench <what> [args...]` runs one binary of the `zoo-bench` package.
 //!
 //! Every cargo command started here gets the same libtorch environment, so cargo never
@@ -36,6 +37,10 @@ const MATRIX_BACKENDS: [&str; 3] = ["ndarray", "wgpu", "tch"];
 /// Backends that must not skip any test in CI: the CI machine provides them for real.
 const MUST_RUN_BACKENDS: [&str; 2] = ["wgpu", "tch"];
 
+/// The README's first command, `cargo run --release --example names`, as a build: CI
+/// compiles exactly what a user's first run compiles, default features (flex) only.
+const README_BUILD: [&str; 4] = ["build", "--release", "--example", "names"];
+
 /// Options of cargo itself, which mean nothing to a program after `--`.
 const CARGO_ONLY_OPTIONS: [&str; 5] = [
     "--features",
@@ -53,7 +58,8 @@ usage: cargo xtask <task> [args...]
 
 tasks:
   setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
-  ci                    fmt check, documented commands, clippy, tests on flex, then tests on
+  ci                    fmt check, documented commands, clippy, the README's build, tests
+                        on flex, then tests on
                         ndarray, wgpu and tch
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
   help                  print this message
@@ -530,6 +536,15 @@ fn ci() -> Result<bool> {
         run_checked(&mut command, "cuda check")
     })?;
 
+    step(
+        "the README's first command builds (default features)",
+        || {
+            // The same environment as every other step, so torch-sys is not rebuilt; the
+            // default feature set gets its own copies of the crates whose features differ.
+            run_checked(&mut cargo_env.cargo(README_BUILD), "README build")
+        },
+    )?;
+
     let mut reports: Vec<(&str, BackendReport)> = Vec::new();
     let flex = step("tests on flex (full suite, doctests included)", || {
         let args = [
@@ -806,6 +821,20 @@ mod tests {
                 root.join("examples/names/main.rs").display()
             )
         );
+    }
+
+    #[test]
+    fn ci_builds_the_readme_first_command() {
+        let readme = fs::read_to_string(workspace_root().join("README.md")).unwrap();
+        let first = readme
+            .split("```sh\n")
+            .nth(1)
+            .and_then(|block| block.lines().next())
+            .expect("the README opens with a sh block");
+        let mut built = vec!["cargo", "run"];
+        built.extend(&README_BUILD[1..]);
+        assert_eq!(README_BUILD[0], "build");
+        assert_eq!(first.split_whitespace().collect::<Vec<_>>(), built);
     }
 
     #[test]

@@ -62,6 +62,7 @@ tasks:
                         on flex, then tests on
                         ndarray, wgpu and tch
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
+                        (attention: [--lengths 128,512] [--threads N])
   help                  print this message
 
 environment:
@@ -642,9 +643,19 @@ fn summarize(reports: &[(&str, BackendReport)]) -> bool {
 /// Runs one binary of `zoo-bench` on flex, with the same environment as `ci` so the
 /// shared target directory is reused as is.
 fn bench(args: &[String]) -> Result<bool> {
+    let known = bench_names(&workspace_root().join("crates/zoo-bench/src/bin"))?;
     let Some((what, rest)) = args.split_first() else {
-        return Err("usage: cargo xtask bench <what> [args...]".into());
+        return Err(format!(
+            "usage: cargo xtask bench <what> [args...], <what> one of: {}",
+            known.join(", ")
+        ));
     };
+    if !known.contains(what) {
+        return Err(format!(
+            "unknown bench `{what}` (known: {}); its options go after its name",
+            known.join(", ")
+        ));
+    }
     let venv = setup()?;
     let cargo_env = CargoEnv::new(&venv)?;
     // Build the bench programs with exactly the test suite's package set and features, so
@@ -670,6 +681,25 @@ fn bench(args: &[String]) -> Result<bool> {
         .status()
         .map_err(|err| format!("cannot start bench program {what}: {err}"))?;
     Ok(status.success())
+}
+
+/// The bench programs: one per file of `zoo-bench`'s `src/bin`, sorted.
+fn bench_names(bin_dir: &Path) -> Result<Vec<String>> {
+    let entries =
+        fs::read_dir(bin_dir).map_err(|err| format!("cannot list {}: {err}", bin_dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|err| format!("cannot list {}: {err}", bin_dir.display()))?
+            .path();
+        if path.extension().is_some_and(|ext| ext == "rs")
+            && let Some(stem) = path.file_stem()
+        {
+            names.push(stem.to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The cargo options in a command line that come after its `--`, where cargo hands them
@@ -835,6 +865,18 @@ mod tests {
         built.extend(&README_BUILD[1..]);
         assert_eq!(README_BUILD[0], "build");
         assert_eq!(first.split_whitespace().collect::<Vec<_>>(), built);
+    }
+
+    #[test]
+    fn bench_programs_are_listed_by_name() {
+        let names = bench_names(&workspace_root().join("crates/zoo-bench/src/bin")).unwrap();
+        assert!(names.contains(&"attention".to_string()), "{names:?}");
+        assert!(!names.contains(&"--threads".to_string()));
+        let missing = bench_names(Path::new("/no/such/folder")).unwrap_err();
+        assert!(
+            missing.starts_with("cannot list /no/such/folder: "),
+            "{missing}"
+        );
     }
 
     #[test]

@@ -59,8 +59,7 @@ usage: cargo xtask <task> [args...]
 tasks:
   setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
   ci                    fmt check, documented commands, clippy, the README's build, tests
-                        on flex, then tests on
-                        ndarray, wgpu and tch
+                        on flex, then tests on ndarray, wgpu and tch
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
                         (attention: [--lengths 128,512] [--threads N])
   help                  print this message

@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo run --release --example names
 //! cargo run --release --example names -- --overwrite   # again, replacing the first run
-//! cargo run --release --example names -- --device wgpu --features wgpu
+//! cargo run --release --example names --features wgpu -- --device wgpu
 //! cargo run --release --example names -- --checkpoint artifacts/names-model
 //! cargo run --release --example names -- --checkpoint artifacts/names-model --sample-only
 //! ```

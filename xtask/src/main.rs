@@ -2,9 +2,11 @@
 //!
 //! * `setup` makes sure a Python virtual environment under the cache root holds
 //!   `torch==2.9.0`; the `tch` backend links against the libtorch shipped inside it.
-//! * `ci` is the whole check a change must pass: formatting, clippy (every backend,
-//!   CUDA included), the test suite on `flex` (doctests included), then the unit and
-//!   integration tests again on `ndarray`, `wgpu` and `tch`, and a per-backend summary.
+//! * `ci` is the whole check a change must pass: formatting, documented commands with
+//!   cargo's options before `--`, clippy (every backend, CUDA included), a build of the
+//!   README's first command with default features, the test suite on `flex` (doctests
+//!   included), then the unit and integration tests again on `ndarray`, `wgpu` and
+//!   `tch`, and a per-backend summary.
 //! * `bench <what> [args...]` runs one binary of the `zoo-bench` package.
 //!
 //! Every cargo command started here gets the same libtorch environment, so cargo never
@@ -35,6 +37,19 @@ const MATRIX_BACKENDS: [&str; 3] = ["ndarray", "wgpu", "tch"];
 /// Backends that must not skip any test in CI: the CI machine provides them for real.
 const MUST_RUN_BACKENDS: [&str; 2] = ["wgpu", "tch"];
 
+/// The README's first command, `cargo run --release --example names`, as a build: CI
+/// compiles exactly what a user's first run compiles, default features (flex) only.
+const README_BUILD: [&str; 4] = ["build", "--release", "--example", "names"];
+
+/// Options of cargo itself, which mean nothing to a program after `--`.
+const CARGO_ONLY_OPTIONS: [&str; 5] = [
+    "--features",
+    "-F",
+    "--no-default-features",
+    "--all-features",
+    "--release",
+];
+
 /// Errors are reported to the user as one message, then the task exits with 1.
 type Result<T> = std::result::Result<T, String>;
 
@@ -43,8 +58,10 @@ usage: cargo xtask <task> [args...]
 
 tasks:
   setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
-  ci                    fmt check, clippy, tests on flex, then tests on ndarray, wgpu and tch
+  ci                    fmt check, documented commands, clippy, the README's build, tests
+                        on flex, then tests on ndarray, wgpu and tch
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
+                        (attention: [--lengths 128,512] [--threads N])
   help                  print this message
 
 environment:
@@ -479,6 +496,9 @@ fn ci() -> Result<bool> {
             "format check",
         )
     })?;
+    step("documented commands put cargo options before `--`", || {
+        check_documented_commands(&workspace_root())
+    })?;
     step("clippy (flex, ndarray, wgpu, tch)", || {
         let args = [
             "clippy",
@@ -515,6 +535,15 @@ fn ci() -> Result<bool> {
             .env("CARGO_TARGET_DIR", cuda_target);
         run_checked(&mut command, "cuda check")
     })?;
+
+    step(
+        "the README's first command builds (default features)",
+        || {
+            // The same environment as every other step, so torch-sys is not rebuilt; the
+            // default feature set gets its own copies of the crates whose features differ.
+            run_checked(&mut cargo_env.cargo(README_BUILD), "README build")
+        },
+    )?;
 
     let mut reports: Vec<(&str, BackendReport)> = Vec::new();
     let flex = step("tests on flex (full suite, doctests included)", || {
@@ -613,9 +642,19 @@ fn summarize(reports: &[(&str, BackendReport)]) -> bool {
 /// Runs one binary of `zoo-bench` on flex, with the same environment as `ci` so the
 /// shared target directory is reused as is.
 fn bench(args: &[String]) -> Result<bool> {
+    let known = bench_names(&workspace_root().join("crates/zoo-bench/src/bin"))?;
     let Some((what, rest)) = args.split_first() else {
-        return Err("usage: cargo xtask bench <what> [args...]".into());
+        return Err(format!(
+            "usage: cargo xtask bench <what> [args...], <what> one of: {}",
+            known.join(", ")
+        ));
     };
+    if !known.contains(what) {
+        return Err(format!(
+            "unknown bench `{what}` (known: {}); its options go after its name",
+            known.join(", ")
+        ));
+    }
     let venv = setup()?;
     let cargo_env = CargoEnv::new(&venv)?;
     // Build the bench programs with exactly the test suite's package set and features, so
@@ -643,9 +682,201 @@ fn bench(args: &[String]) -> Result<bool> {
     Ok(status.success())
 }
 
+/// The bench programs: one per file of `zoo-bench`'s `src/bin`, sorted.
+fn bench_names(bin_dir: &Path) -> Result<Vec<String>> {
+    let entries =
+        fs::read_dir(bin_dir).map_err(|err| format!("cannot list {}: {err}", bin_dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|err| format!("cannot list {}: {err}", bin_dir.display()))?
+            .path();
+        if path.extension().is_some_and(|ext| ext == "rs")
+            && let Some(stem) = path.file_stem()
+        {
+            names.push(stem.to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The cargo options in a command line that come after its `--`, where cargo hands them
+/// to the program instead (`cargo run --example names -- --features wgpu`). Empty for a
+/// line that runs no cargo command.
+fn cargo_options_after_separator(line: &str) -> Vec<&str> {
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .map(|word| word.trim_matches(|c| c == '`' || c == '.' || c == ','))
+        .collect();
+    let Some(cargo) = words.iter().position(|word| *word == "cargo") else {
+        return Vec::new();
+    };
+    let rest = &words[cargo..];
+    let Some(separator) = rest.iter().position(|word| *word == "--") else {
+        return Vec::new();
+    };
+    rest[separator + 1..]
+        .iter()
+        .copied()
+        .filter(|word| {
+            CARGO_ONLY_OPTIONS
+                .iter()
+                .any(|option| word == option || word.starts_with(&format!("{option}=")))
+        })
+        .collect()
+}
+
+/// Fails, naming each file and line, where a documented command puts a cargo option
+/// after its `--` (cargo would hand it to the program, which rejects it).
+fn check_documented_commands(root: &Path) -> Result<()> {
+    let mut wrong = Vec::new();
+    for file in documented_commands_files(root)? {
+        let text = fs::read_to_string(&file)
+            .map_err(|err| format!("cannot read {}: {err}", file.display()))?;
+        for (number, line) in text.lines().enumerate() {
+            let options = cargo_options_after_separator(line);
+            if !options.is_empty() {
+                wrong.push(format!(
+                    "{}:{}: {} after `--`",
+                    file.display(),
+                    number + 1,
+                    options.join(" ")
+                ));
+            }
+        }
+    }
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cargo options placed where cargo passes them to the program:\n{}",
+            wrong.join("\n")
+        ))
+    }
+}
+
+/// The files whose command lines users copy: the READMEs of the workspace, its crates and
+/// its examples, and the example sources (their `//!` headers show how to run them).
+fn documented_commands_files(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = vec![root.join("README.md")];
+    for folder in ["crates", "examples"] {
+        let mut pending = vec![root.join(folder)];
+        while let Some(dir) = pending.pop() {
+            let entries = fs::read_dir(&dir)
+                .map_err(|err| format!("cannot list {}: {err}", dir.display()))?;
+            for entry in entries {
+                let path = entry
+                    .map_err(|err| format!("cannot list {}: {err}", dir.display()))?
+                    .path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if path.file_name().is_some_and(|name| name == "README.md")
+                    || (folder == "examples" && path.extension().is_some_and(|ext| ext == "rs"))
+                {
+                    files.push(path);
+                }
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cargo_options_after_the_separator_are_found() {
+        assert_eq!(
+            cargo_options_after_separator(
+                "//! cargo run --release --example names -- --device wgpu --features wgpu"
+            ),
+            ["--features"]
+        );
+        assert_eq!(
+            cargo_options_after_separator("`cargo run --example names -- -F wgpu --release`."),
+            ["-F", "--release"]
+        );
+        assert_eq!(
+            cargo_options_after_separator("cargo run -- --features=wgpu"),
+            ["--features=wgpu"]
+        );
+        let right = "cargo run --release --example names --features wgpu -- --device wgpu";
+        assert!(cargo_options_after_separator(right).is_empty());
+        assert!(cargo_options_after_separator("zoo -- --features x").is_empty());
+        assert!(cargo_options_after_separator("cargo fmt --all -- --check").is_empty());
+    }
+
+    #[test]
+    fn documented_commands_put_cargo_options_before_the_separator() {
+        let root = workspace_root();
+        let files = documented_commands_files(&root).unwrap();
+        for expected in [
+            "README.md",
+            "examples/names/README.md",
+            "examples/names/main.rs",
+        ] {
+            assert!(
+                files.contains(&root.join(expected)),
+                "{expected}: {files:?}"
+            );
+        }
+        if let Err(message) = check_documented_commands(&root) {
+            panic!("{message}");
+        }
+    }
+
+    #[test]
+    fn a_misplaced_cargo_option_is_reported_with_its_line() {
+        let root = env::temp_dir().join(format!("xtask-docs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("examples/names")).unwrap();
+        fs::create_dir_all(root.join("crates")).unwrap();
+        fs::write(root.join("README.md"), "cargo run --example names\n").unwrap();
+        fs::write(
+            root.join("examples/names/main.rs"),
+            "//! Run:\n//! cargo run --example names -- --features wgpu\n",
+        )
+        .unwrap();
+        let message = check_documented_commands(&root).unwrap_err();
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            message,
+            format!(
+                "cargo options placed where cargo passes them to the program:\n\
+                 {}:2: --features after `--`",
+                root.join("examples/names/main.rs").display()
+            )
+        );
+    }
+
+    #[test]
+    fn ci_builds_the_readme_first_command() {
+        let readme = fs::read_to_string(workspace_root().join("README.md")).unwrap();
+        let first = readme
+            .split("```sh\n")
+            .nth(1)
+            .and_then(|block| block.lines().next())
+            .expect("the README opens with a sh block");
+        let mut built = vec!["cargo", "run"];
+        built.extend(&README_BUILD[1..]);
+        assert_eq!(README_BUILD[0], "build");
+        assert_eq!(first.split_whitespace().collect::<Vec<_>>(), built);
+    }
+
+    #[test]
+    fn bench_programs_are_listed_by_name() {
+        let names = bench_names(&workspace_root().join("crates/zoo-bench/src/bin")).unwrap();
+        assert!(names.contains(&"attention".to_string()), "{names:?}");
+        assert!(!names.contains(&"--threads".to_string()));
+        let missing = bench_names(Path::new("/no/such/folder")).unwrap_err();
+        assert!(
+            missing.starts_with("cannot list /no/such/folder: "),
+            "{missing}"
+        );
+    }
 
     #[test]
     fn cargo_commands_drop_the_package_variables_of_xtask() {

@@ -175,7 +175,7 @@ pub fn attention_fused(
 /// Whether this device's fused attention reads boolean masks the other way round (see
 /// [`attention_fused`]).
 fn mask_is_inverted_on(device: &Device) -> bool {
-    format!("{device:?}").contains("LibTorch")
+    zoo_device::is_libtorch(device)
 }
 
 /// Expands grouped KV heads to one per query head: head `h` of the output is KV head

@@ -17,7 +17,9 @@
 #![warn(missing_docs)]
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use burn::tensor::{Device, Tensor};
 
@@ -82,6 +84,84 @@ impl BackendName {
             Self::Cuda => cfg!(feature = "cuda"),
         }
     }
+
+    /// The backend a device runs on, read from Burn's device enum (an autodiff device
+    /// answers for the device it wraps). `None` for a device the zoo has no name for:
+    /// libtorch on MPS or Vulkan, CubeCL's CPU, HIP or native Metal runtimes.
+    ///
+    /// ```
+    /// use burn::tensor::Device;
+    /// use zoo_device::BackendName;
+    /// assert_eq!(BackendName::of(&Device::flex().autodiff()), Some(BackendName::Flex));
+    /// ```
+    pub fn of(device: &Device) -> Option<Self> {
+        match runtime_of(device) {
+            Runtime::Named(backend) => Some(backend),
+            Runtime::OtherLibTorch | Runtime::Other => None,
+        }
+    }
+}
+
+/// What the zoo needs to know about the backend behind a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    /// A device that `--device <name>` selects.
+    Named(BackendName),
+    /// libtorch on a device the zoo has no name for (MPS, Vulkan).
+    OtherLibTorch,
+    /// Any other device Burn knows.
+    Other,
+}
+
+/// The one place where the zoo tells backends apart. It matches on the variants of
+/// burn-dispatch's `DispatchDevice`, which `Device::as_dispatch` exposes for this purpose;
+/// a variant exists only when its backend is compiled in, hence the `cfg` on each arm.
+#[allow(deprecated)] // burn-ndarray and burn-tch are deprecated upstream but are backends our users run
+fn runtime_of(device: &Device) -> Runtime {
+    use burn_dispatch::DispatchDevice;
+    let device = device.clone().without_autodiff();
+    match device.as_dispatch() {
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => Runtime::Named(BackendName::Flex),
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => Runtime::Named(BackendName::NdArray),
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(libtorch) => {
+            use burn_dispatch::devices::LibTorchDevice;
+            match libtorch {
+                LibTorchDevice::Cpu => Runtime::Named(BackendName::Tch),
+                LibTorchDevice::Cuda(_) => Runtime::Named(BackendName::TchCuda),
+                LibTorchDevice::Mps | LibTorchDevice::Vulkan => Runtime::OtherLibTorch,
+            }
+        }
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        DispatchDevice::Cube(cube) => {
+            use burn_dispatch::devices::CubeDevice;
+            match cube {
+                CubeDevice::Wgpu(_) => Runtime::Named(BackendName::Wgpu),
+                CubeDevice::Cuda(_) => Runtime::Named(BackendName::Cuda),
+                _ => Runtime::Other,
+            }
+        }
+        #[allow(unreachable_patterns)] // when every variant Burn compiled in is matched above
+        _ => Runtime::Other,
+    }
+}
+
+/// Whether the device runs on libtorch (`tch`, `tch-cuda`, or libtorch's MPS and Vulkan
+/// devices), whose fused attention in burn-tch 0.22.1 reads boolean masks inverted.
+pub fn is_libtorch(device: &Device) -> bool {
+    matches!(
+        runtime_of(device),
+        Runtime::Named(BackendName::Tch | BackendName::TchCuda) | Runtime::OtherLibTorch
+    )
+}
+
+/// Whether Burn 0.22.1 implements collective operations (the all-reduce of distributed
+/// data-parallel training) on this device: only CubeCL CUDA does; on other devices the
+/// all-reduce would panic inside a worker thread.
+pub fn has_collectives(device: &Device) -> bool {
+    runtime_of(device) == Runtime::Named(BackendName::Cuda)
 }
 
 impl fmt::Display for BackendName {
@@ -102,7 +182,7 @@ impl FromStr for BackendName {
 }
 
 /// Why a backend could not be turned into a device.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DeviceError {
     /// The name is not one the zoo knows.
@@ -110,7 +190,8 @@ pub enum DeviceError {
     UnknownBackend(String),
     /// The backend exists but this build was compiled without it.
     #[error(
-        "backend '{backend}' is not compiled into this build: rebuild with `--features {feature}`"
+        "backend '{backend}' is not compiled into this build: rebuild with `--features {feature}` \
+         (a cargo option: it goes before `--`)"
     )]
     NotCompiled {
         /// The backend asked for.
@@ -167,7 +248,7 @@ pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, Devi
         });
     }
     let device = construct(backend, index)?;
-    probe(backend, &device)?;
+    probe_once(backend, index, || probe(backend, &device))?;
     Ok(device)
 }
 
@@ -290,17 +371,46 @@ fn construct(backend: BackendName, index: usize) -> Result<Device, DeviceError> 
     }
 }
 
+/// Runs `probe` for a device the first time it is asked for, and gives every later call
+/// (from any thread) the first answer. A backend that found no device will not find one
+/// later in the same process, and a probe can be slow (a GPU context, libtorch loading).
+fn probe_once(
+    backend: BackendName,
+    index: usize,
+    probe: impl FnOnce() -> Result<(), DeviceError>,
+) -> Result<(), DeviceError> {
+    type Answer = Arc<OnceLock<Result<(), DeviceError>>>;
+    static ANSWERS: Mutex<Vec<((BackendName, usize), Answer)>> = Mutex::new(Vec::new());
+    let answer = {
+        // The list is only ever pushed to, so it is whole even if a holder panicked.
+        let mut answers = ANSWERS.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (backend, index);
+        match answers.iter().find(|(k, _)| *k == key) {
+            Some((_, answer)) => Arc::clone(answer),
+            None => {
+                let answer = Answer::default();
+                answers.push((key, Arc::clone(&answer)));
+                answer
+            }
+        }
+    };
+    // Callers that arrive while the probe runs wait for its answer.
+    answer.get_or_init(probe).clone()
+}
+
 /// Runs one small operation so that a backend with no usable device fails here, with a
 /// message, rather than later inside a kernel.
+///
+/// The process's panic hook is left alone: swapping it here raced with every other thread
+/// (tests run in parallel), and could leave the hook silenced for good. A backend that
+/// panics on its first operation therefore prints its panic message once, on stderr,
+/// before the error returned here says the same in one line.
 fn probe(backend: BackendName, device: &Device) -> Result<(), DeviceError> {
     let device = device.clone();
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
     let result = std::panic::catch_unwind(move || {
         let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
         x.sum().into_scalar::<f32>()
     });
-    std::panic::set_hook(previous);
     match result {
         Ok(v) if (v - 3.0).abs() < 1e-6 => Ok(()),
         Ok(v) => Err(DeviceError::NoDevice {
@@ -365,18 +475,36 @@ pub fn test_backend() -> BackendName {
 ///
 /// The matrix sets `ZOO_SKIP_LOG` to a file; each call appends one line naming the test and
 /// the reason, so `cargo xtask ci` can report skipped tests and fail when a required backend
-/// was skipped. Without the variable this only logs.
+/// was skipped. Without the variable (or with it empty) this only logs.
+///
+/// # Panics
+/// When the file named by `ZOO_SKIP_LOG` cannot be opened or written. A skip the matrix
+/// cannot count would let the test pass as if it had run, so it fails instead.
 pub fn record_skip(test: &str, reason: &str) {
     log::warn!("skipped {test}: {reason}");
-    if let Ok(path) = std::env::var("ZOO_SKIP_LOG") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{test}\t{reason}");
-        }
+    if let Some(path) = std::env::var_os("ZOO_SKIP_LOG").filter(|path| !path.is_empty()) {
+        append_skip(Path::new(&path), test, reason);
+    }
+}
+
+/// Appends `test<TAB>reason` as one line of the skip log at `path`; line breaks and tabs
+/// inside the reason become spaces, since the matrix counts one skip per line.
+///
+/// # Panics
+/// When the file cannot be opened or written, naming the path and the error.
+fn append_skip(path: &Path, test: &str, reason: &str) {
+    use std::io::Write;
+    let reason = reason.replace(['\n', '\r', '\t'], " ");
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| writeln!(file, "{test}\t{reason}"));
+    if let Err(err) = written {
+        panic!(
+            "cannot record the skip of {test} in ZOO_SKIP_LOG={}: {err}",
+            path.display()
+        );
     }
 }
 
@@ -403,7 +531,8 @@ mod tests {
         };
         assert_eq!(
             err.to_string(),
-            "backend 'wgpu' is not compiled into this build: rebuild with `--features wgpu`"
+            "backend 'wgpu' is not compiled into this build: rebuild with `--features wgpu` \
+             (a cargo option: it goes before `--`)"
         );
         for b in ALL_BACKENDS.into_iter().filter(|b| !b.is_compiled()) {
             assert!(matches!(select(b), Err(DeviceError::NotCompiled { .. })));
@@ -458,9 +587,161 @@ mod tests {
             assert_eq!(x.sum().into_scalar::<f32>(), 6.0);
         }
     }
+
+    /// What [`BackendName::of`], [`is_libtorch`] and [`has_collectives`] must say about
+    /// a device of `backend`, with and without autodiff.
+    fn assert_recognised(device: &Device, backend: BackendName) {
+        for d in [device.clone(), device.clone().autodiff()] {
+            assert_eq!(BackendName::of(&d), Some(backend), "{d:?}");
+            assert_eq!(
+                is_libtorch(&d),
+                matches!(backend, BackendName::Tch | BackendName::TchCuda),
+                "{d:?}"
+            );
+            assert_eq!(has_collectives(&d), backend == BackendName::Cuda, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn the_test_device_is_recognised_as_its_backend() {
+        // The backend matrix runs this once per `ZOO_TEST_DEVICE`, on the real device.
+        assert_recognised(&test_device(), test_backend());
+    }
+
+    #[test]
+    fn every_compiled_backend_is_recognised() {
+        // `construct` makes the device value without running anything on it, so the
+        // GPU backends are covered here too when their device type needs no GPU to exist
+        // (`tch-cuda`); wgpu and cuda answer `NoDevice` where they find no adapter.
+        let mut recognised = Vec::new();
+        for backend in compiled_backends() {
+            match construct(backend, 0) {
+                Ok(device) => {
+                    assert_recognised(&device, backend);
+                    recognised.push(backend);
+                }
+                Err(DeviceError::NoDevice { .. }) => {}
+                Err(e) => panic!("{backend}: {e}"),
+            }
+        }
+        if cfg!(feature = "flex") {
+            assert!(recognised.contains(&BackendName::Flex), "{recognised:?}");
+        }
+        if cfg!(feature = "tch") {
+            assert!(recognised.contains(&BackendName::TchCuda), "{recognised:?}");
+        }
+    }
+
+    #[cfg(feature = "tch")]
+    #[test]
+    #[allow(deprecated)] // burn-tch is deprecated upstream but is a backend our users run
+    fn libtorch_devices_are_told_apart() {
+        assert_recognised(&Device::libtorch(), BackendName::Tch);
+        assert_recognised(&Device::libtorch_cuda(1), BackendName::TchCuda);
+        // libtorch devices the zoo has no name for still read masks the libtorch way.
+        for d in [Device::libtorch_mps(), Device::libtorch_vulkan()] {
+            assert_eq!(BackendName::of(&d), None);
+            assert!(is_libtorch(&d) && !has_collectives(&d));
+        }
+    }
+
+    /// A CubeCL CUDA device value, made without the `cuda` feature: cubecl's device enum
+    /// has every runtime's variant in every build, and making the value touches no GPU.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn cubecl_cuda_devices_have_collectives() {
+        use burn_dispatch::devices::CubeDevice;
+        let cuda = Device::new(CubeDevice::Cuda(Default::default()));
+        assert_recognised(&cuda, BackendName::Cuda);
+        let wgpu = Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
+        assert_recognised(&wgpu, BackendName::Wgpu);
+        let cpu = Device::new(CubeDevice::Cpu(Default::default()));
+        assert_eq!(BackendName::of(&cpu), None);
+        assert!(!has_collectives(&cpu) && !is_libtorch(&cpu));
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_devices_are_recognised_without_a_gpu() {
+        assert_recognised(&Device::cuda(1), BackendName::Cuda);
+    }
+
+    #[test]
+    fn each_device_is_probed_once_even_from_many_threads() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let runs = AtomicUsize::new(0);
+        let no_device = DeviceError::NoDevice {
+            backend: BackendName::Cuda,
+            reason: "none here".into(),
+        };
+        // An index no other test asks for, so this test owns the cached answer.
+        let index = 4097;
+        std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        probe_once(BackendName::Cuda, index, || {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            Err(no_device.clone())
+                        })
+                    })
+                })
+                .collect();
+            for caller in callers {
+                assert_eq!(caller.join().unwrap(), Err(no_device.clone()));
+            }
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            probe_once(BackendName::Cuda, index, || panic!("probed a second time")),
+            Err(no_device.clone())
+        );
+        // Another index of the same backend is another device, probed on its own.
+        assert_eq!(probe_once(BackendName::Cuda, index + 1, || Ok(())), Ok(()));
+    }
+
+    /// A path in the temporary folder that no other test uses.
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("zoo-device-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn skips_are_appended_one_line_each() {
+        let path = temp_path("skips.log");
+        let _ = std::fs::remove_file(&path);
+        append_skip(&path, "gpu_only", "no adapter");
+        append_skip(&path, "multi_line", "first\nsecond\tthird");
+        let log = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            log,
+            "gpu_only\tno adapter\nmulti_line\tfirst second third\n"
+        );
+    }
+
+    #[test]
+    fn a_skip_that_cannot_be_written_fails_the_test() {
+        let path = temp_path("no-such-folder").join("skips.log");
+        let panicked = std::panic::catch_unwind(|| append_skip(&path, "gpu_only", "no adapter"))
+            .expect_err("a lost skip must fail the test that skipped");
+        let msg = panicked.downcast_ref::<String>().unwrap();
+        let io = std::fs::File::open(&path).unwrap_err();
+        assert_eq!(
+            *msg,
+            format!(
+                "cannot record the skip of gpu_only in ZOO_SKIP_LOG={}: {io}",
+                path.display()
+            )
+        );
+    }
 }
 
 /// Small helpers for tests that compare tensors, shared by every crate's tests.
+///
+/// Every comparison here fails on a NaN in either input and on a shape or length
+/// mismatch: a NaN compares false with everything, so a check written as
+/// `max_abs_diff(a, b) < tol` or `> tol` fails whichever way it is written.
 pub mod testing {
     use burn::tensor::{Bool, Int, Tensor};
 
@@ -477,22 +758,182 @@ pub mod testing {
             .expect("converted to i64")
     }
 
-    /// Largest absolute difference between two tensors of the same shape.
+    /// The values of a float tensor as `f32`, whatever the backend's float type.
+    pub fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .expect("converted to f32")
+    }
+
+    /// Largest absolute difference between two tensors of the same shape, on any
+    /// devices; NaN when either holds a NaN (see [`max_abs_diff_slices`]).
     ///
     /// # Panics
     /// When the shapes differ.
     pub fn max_abs_diff<const D: usize>(a: &Tensor<D>, b: &Tensor<D>) -> f32 {
-        assert_eq!(a.dims(), b.dims(), "shapes differ");
-        let a = a.clone().to_device(&b.device());
-        (a - b.clone()).abs().max().into_scalar::<f32>()
+        let (da, db) = (a.dims(), b.dims());
+        assert_eq!(da, db, "max_abs_diff: shapes differ: {da:?} vs {db:?}");
+        max_abs_diff_slices(&floats(a.clone()), &floats(b.clone()))
     }
 
-    /// Asserts that two tensors agree within `tol`, absolute.
+    /// Largest absolute difference between two slices of the same length. NaN when
+    /// either holds a NaN; equal infinities agree, and an infinity against anything else
+    /// differs by infinity.
     ///
     /// # Panics
-    /// When they do not.
+    /// When the lengths differ.
+    pub fn max_abs_diff_slices(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "max_abs_diff: lengths differ: {} vs {}",
+            a.len(),
+            b.len()
+        );
+        let mut worst = 0.0f32;
+        for (&x, &y) in a.iter().zip(b) {
+            if x.is_nan() || y.is_nan() {
+                return f32::NAN;
+            }
+            if x != y {
+                worst = worst.max((x - y).abs());
+            }
+        }
+        worst
+    }
+
+    /// Largest `|want - got| / (atol + rtol * |want|)` over two slices of the same length:
+    /// at most 1 when every value agrees within `atol + rtol * |want|`. NaN when either
+    /// holds a NaN; equal infinities agree.
+    ///
+    /// # Panics
+    /// When the lengths differ.
+    pub fn max_scaled_diff(want: &[f32], got: &[f32], atol: f32, rtol: f32) -> f32 {
+        assert_eq!(
+            want.len(),
+            got.len(),
+            "max_scaled_diff: lengths differ: {} vs {}",
+            want.len(),
+            got.len()
+        );
+        let mut worst = 0.0f32;
+        for (&w, &g) in want.iter().zip(got) {
+            if w.is_nan() || g.is_nan() {
+                return f32::NAN;
+            }
+            if w != g {
+                worst = worst.max((w - g).abs() / (atol + rtol * w.abs()));
+            }
+        }
+        worst
+    }
+
+    /// Asserts that two tensors of the same shape agree within `tol`, absolute.
+    ///
+    /// # Panics
+    /// When they do not, when either holds a NaN, or when the shapes differ.
     pub fn assert_close<const D: usize>(a: &Tensor<D>, b: &Tensor<D>, tol: f32) {
         let d = max_abs_diff(a, b);
+        assert!(
+            !d.is_nan(),
+            "a NaN in the compared tensors of shape {:?}",
+            a.dims()
+        );
         assert!(d <= tol, "max abs difference {d} > {tol}");
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use burn::tensor::Device;
+
+        fn device() -> Device {
+            crate::test_device()
+        }
+
+        #[test]
+        fn max_abs_diff_is_the_largest_gap() {
+            let d = device();
+            let a = Tensor::<2>::from_floats([[1.0, -2.0], [3.0, 4.0]], &d);
+            let b = Tensor::<2>::from_floats([[1.5, -2.0], [0.5, 4.25]], &d);
+            assert_eq!(max_abs_diff(&a, &b), 2.5);
+            assert_eq!(max_abs_diff(&a, &a), 0.0);
+        }
+
+        #[test]
+        fn a_nan_in_either_tensor_is_neither_close_nor_far() {
+            let d = device();
+            let clean = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &d);
+            let dirty = Tensor::<1>::from_floats([1.0, f32::NAN, 3.0], &d);
+            for (a, b) in [(&clean, &dirty), (&dirty, &clean), (&dirty, &dirty)] {
+                let diff = max_abs_diff(a, b);
+                assert!(diff.is_nan(), "{diff}");
+                // Both ways a test may be written fail.
+                let (close, far) = (diff < 1.0, diff > 1e-3);
+                assert!(!close && !far);
+            }
+            assert!(max_abs_diff_slices(&[0.0, f32::NAN], &[0.0, 0.0]).is_nan());
+            assert!(max_abs_diff_slices(&[f32::NAN], &[f32::NAN]).is_nan());
+        }
+
+        #[test]
+        #[should_panic(expected = "a NaN in the compared tensors of shape [3]")]
+        fn assert_close_fails_on_nan() {
+            let d = device();
+            let a = Tensor::<1>::from_floats([1.0, 2.0, 3.0], &d);
+            let b = Tensor::<1>::from_floats([1.0, 2.0, f32::NAN], &d);
+            assert_close(&a, &b, 1e-3);
+        }
+
+        #[test]
+        #[should_panic(expected = "max abs difference 0.5 > 0.1")]
+        fn assert_close_fails_beyond_the_tolerance() {
+            let d = device();
+            let a = Tensor::<1>::from_floats([1.0, 2.0], &d);
+            let b = Tensor::<1>::from_floats([1.0, 2.5], &d);
+            assert_close(&a, &b, 0.1);
+        }
+
+        #[test]
+        #[should_panic(expected = "max_abs_diff: shapes differ: [2, 3] vs [3, 2]")]
+        fn tensors_of_other_shapes_are_not_compared() {
+            let d = device();
+            let a = Tensor::<2>::zeros([2, 3], &d);
+            let b = Tensor::<2>::zeros([3, 2], &d);
+            max_abs_diff(&a, &b);
+        }
+
+        #[test]
+        #[should_panic(expected = "max_abs_diff: lengths differ: 3 vs 2")]
+        fn slices_of_other_lengths_are_not_compared() {
+            // A zip would compare the first two values and call them equal.
+            max_abs_diff_slices(&[1.0, 2.0, 3.0], &[1.0, 2.0]);
+        }
+
+        #[test]
+        #[should_panic(expected = "max_scaled_diff: lengths differ: 1 vs 2")]
+        fn scaled_slices_of_other_lengths_are_not_compared() {
+            max_scaled_diff(&[1.0], &[1.0, 2.0], 1e-5, 1e-4);
+        }
+
+        #[test]
+        fn infinities_agree_only_with_themselves() {
+            let inf = f32::INFINITY;
+            assert_eq!(max_abs_diff_slices(&[inf, -inf], &[inf, -inf]), 0.0);
+            assert_eq!(max_abs_diff_slices(&[inf], &[1.0]), inf);
+            assert_eq!(max_abs_diff_slices(&[inf], &[-inf]), inf);
+        }
+
+        #[test]
+        fn scaled_difference_uses_the_reference_magnitude() {
+            // 0.02 / (0.01 + 0.001 * 100) = 0.18 at the large value,
+            // 0.005 / (0.01 + 0.001 * 0) = 0.5 at zero: the worst.
+            let got = max_scaled_diff(&[100.0, 0.0], &[100.02, 0.005], 0.01, 0.001);
+            assert!((got - 0.5).abs() < 1e-4, "{got}");
+            let got = max_scaled_diff(&[100.0], &[100.02], 0.01, 0.001);
+            assert!((got - 0.02 / 0.11).abs() < 1e-3, "{got}");
+            assert!(max_scaled_diff(&[1.0, f32::NAN], &[1.0, 1.0], 0.01, 0.001).is_nan());
+        }
     }
 }

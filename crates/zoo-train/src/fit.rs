@@ -154,13 +154,6 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
     }
 }
 
-/// Whether Burn 0.22.1 implements collective operations (the all-reduce of DDP) on the
-/// device printed as `debug` (`Device<Cube(Cuda(..))>`): only CUDA through cubecl does.
-/// Others would panic inside a worker thread.
-fn has_collectives(debug: &str) -> bool {
-    debug.contains("Cube(Cuda(")
-}
-
 /// Refuses to resume the run in `cfg.artifact_dir` when it was started with settings
 /// that would change its batches or schedule (`config.json`) or on another number of
 /// training examples (`stream.json`, on which the order of the batches depends).
@@ -364,7 +357,7 @@ where
                 )));
             }
             if cfg.strategy == Strategy::DistributedDataParallel
-                && let Some(d) = devices.iter().find(|d| !has_collectives(&format!("{d:?}")))
+                && let Some(d) = devices.iter().find(|d| !zoo_device::has_collectives(d))
             {
                 return Err(TrainError::Config(format!(
                     "the DistributedDataParallel strategy needs CUDA devices (Burn 0.22.1 \
@@ -715,16 +708,6 @@ pub fn metrics_table(epochs: &[BTreeMap<String, f64>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_cubecl_cuda_devices_have_collectives() {
-        assert!(has_collectives(
-            "Device<Cube(Cuda(CudaDevice { index: 1 }))>"
-        ));
-        assert!(!has_collectives("Device<LibTorch(Cuda(0))>"));
-        assert!(!has_collectives("Device<Cube(Wgpu(DefaultDevice))>"));
-        assert!(!has_collectives("Device<Flex(Cpu)>"));
-    }
 
     #[test]
     fn table_has_a_column_per_metric() {

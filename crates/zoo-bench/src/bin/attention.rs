@@ -4,6 +4,8 @@
 //! `cargo xtask bench attention [--lengths 128,512,2048,8192] [--threads N]`
 
 use burn::tensor::{Distribution, Tensor};
+use clap::Parser;
+use clap::builder::RangedU64ValueParser;
 use zoo_attention::Mask;
 use zoo_attention::sdpa::{
     attention_chunked, attention_fused, attention_linear, attention_reference,
@@ -17,18 +19,43 @@ type Path<'a> = Box<dyn Fn() -> Tensor<4> + 'a>;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc::new();
 
+/// Times every attention path of zoo-attention on flex.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Sequence lengths to time, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "128,512,2048,8192",
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    lengths: Vec<usize>,
+    /// Threads of flex's pool (rayon's global pool); all cores when absent. Give the
+    /// same number to the reference it is compared with.
+    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    threads: Option<usize>,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let lengths: Vec<usize> = args
-        .iter()
-        .position(|a| a == "--lengths")
-        .and_then(|i| args.get(i + 1))
-        .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_else(|| vec![128, 512, 2048, 8192]);
+    // Unknown options and bad values end here with clap's message and exit status 2.
+    let args = Args::parse();
+    if let Some(threads) = args.threads {
+        // Before any tensor exists, so flex has not started the default pool yet.
+        if let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+        {
+            eprintln!("error: cannot run flex on {threads} threads: {e}");
+            std::process::exit(2);
+        }
+    }
+    let lengths = args.lengths;
     let device = zoo_device::select(zoo_device::BackendName::Flex).unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(2);
     });
+    println!("flex threads: {}", rayon::current_num_threads());
+    println!();
     let (h, dh) = (8, 64);
     println!("| path | T | time (ms) | peak extra memory (MiB) |");
     println!("|---|---|---|---|");
@@ -113,5 +140,40 @@ fn main() {
                 peak as f64 / (1024.0 * 1024.0)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("attention").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn threads_and_lengths_are_read() {
+        let args = parse(&["--threads", "2", "--lengths", "64,256"]).unwrap();
+        assert_eq!(args.threads, Some(2));
+        assert_eq!(args.lengths, [64, 256]);
+        let args = parse(&["--threads=1"]).unwrap();
+        assert_eq!(args.threads, Some(1));
+        assert_eq!(args.lengths, [128, 512, 2048, 8192]);
+        assert_eq!(parse(&[]).unwrap().threads, None);
+    }
+
+    #[test]
+    fn unknown_options_and_bad_values_are_errors() {
+        use clap::error::ErrorKind;
+        let kind = |args: &[&str]| parse(args).unwrap_err().kind();
+        assert_eq!(kind(&["--thread", "2"]), ErrorKind::UnknownArgument);
+        assert_eq!(kind(&["4"]), ErrorKind::UnknownArgument);
+        assert_eq!(kind(&["--threads"]), ErrorKind::InvalidValue);
+        assert_eq!(kind(&["--threads", "0"]), ErrorKind::ValueValidation);
+        assert_eq!(kind(&["--threads", "two"]), ErrorKind::ValueValidation);
+        // A length that does not parse is an error, not silently dropped.
+        assert_eq!(kind(&["--lengths", "128,abc"]), ErrorKind::ValueValidation);
+        let message = parse(&["--thread", "2"]).unwrap_err().to_string();
+        assert!(message.contains("'--thread'"), "{message}");
     }
 }

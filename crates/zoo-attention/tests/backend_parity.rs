@@ -11,7 +11,7 @@ use zoo_attention::{
     BlockInput, FeedForwardConfig, FfnActivation, Mask, MultiHeadAttentionConfig, NormKind,
     NormPlacement, TransformerBlock, TransformerBlockConfig,
 };
-use zoo_device::{BackendName, DeviceError, compiled_backends, record_skip, select, test_backend};
+use zoo_device::{BackendName, DeviceError, record_skip, select};
 
 fn blocks(device: &Device) -> Vec<(&'static str, TransformerBlock)> {
     device.seed(1);
@@ -98,33 +98,7 @@ fn compare(target: BackendName) {
 
 #[test]
 fn backend_parity_transformer_blocks() {
-    let test = test_backend();
-    if test == BackendName::Flex {
-        let others: Vec<_> = compiled_backends()
-            .into_iter()
-            .filter(|b| {
-                !matches!(
-                    b,
-                    BackendName::Flex | BackendName::TchCuda | BackendName::Cuda
-                )
-            })
-            .collect();
-        if others.is_empty() {
-            record_skip(
-                "backend_parity_transformer_blocks",
-                "no second backend is compiled into this build",
-            );
-        }
-        for b in others {
-            compare(b);
-        }
-        // GPU backends are compared when a GPU exists.
-        for b in [BackendName::Cuda, BackendName::TchCuda] {
-            if b.is_compiled() && select(b).is_ok() {
-                compare(b);
-            }
-        }
-    } else {
-        compare(test);
+    for b in zoo_device::testing::parity_backends("backend_parity_transformer_blocks") {
+        compare(b);
     }
 }

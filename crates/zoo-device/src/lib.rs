@@ -745,6 +745,29 @@ mod tests {
 pub mod testing {
     use burn::tensor::{Bool, Int, Tensor};
 
+    use super::{BackendName, compiled_backends, record_skip, select, test_backend};
+
+    /// The backends a parity test compares with flex: the matrix's backend when
+    /// `ZOO_TEST_DEVICE` names one; otherwise every other compiled CPU backend, and the GPU
+    /// backends that find a device. When that leaves none, a skip is recorded under `test`,
+    /// so a build without a second backend does not count as a pass.
+    pub fn parity_backends(test: &str) -> Vec<BackendName> {
+        let target = test_backend();
+        if target != BackendName::Flex {
+            return vec![target];
+        }
+        let gpu = |b: &BackendName| matches!(b, BackendName::TchCuda | BackendName::Cuda);
+        let others: Vec<BackendName> = compiled_backends()
+            .into_iter()
+            .filter(|b| *b != BackendName::Flex)
+            .filter(|b| !gpu(b) || select(*b).is_ok())
+            .collect();
+        if others.is_empty() {
+            record_skip(test, "no second backend is compiled into this build");
+        }
+        others
+    }
+
     /// The values of a boolean tensor, whatever the backend stores booleans as.
     pub fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
         ints(t.int()).into_iter().map(|v| v != 0).collect()

@@ -1,0 +1,27 @@
+//! The crate's error type.
+
+use zoo_attention::AttentionError;
+
+/// What can go wrong building or running an encoder.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncoderError {
+    /// A configuration value that cannot work, or a `config.json` that does not parse.
+    #[error("invalid BERT config: {0}")]
+    Config(String),
+    /// An input that does not fit the model.
+    #[error("{0}")]
+    Input(String),
+    /// An error from the attention core.
+    #[error(transparent)]
+    Attention(#[from] AttentionError),
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = EncoderError> = std::result::Result<T, E>;
+
+impl From<EncoderError> for zoo_core::ModelError {
+    fn from(e: EncoderError) -> Self {
+        zoo_core::ModelError::new(e)
+    }
+}

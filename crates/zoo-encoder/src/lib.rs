@@ -1,0 +1,26 @@
+//! # zoo-encoder
+//!
+//! Encoder-only models: the BERT family (Devlin et al., 2019, "BERT: Pre-training of Deep
+//! Bidirectional Transformers for Language Understanding"), as HF's `BertModel` lays it
+//! out, with presets for `bert-base-uncased` and `all-MiniLM-L6-v2`.
+//!
+//! - [`BertConfig`] reads HF's `config.json` field names directly and validates them;
+//! - [`BertModel`]: word, position and token-type embeddings, a post-norm encoder whose
+//!   layers are composed here from `zoo-attention`'s parts, and the pooler;
+//! - heads: [`BertForMaskedLm`] (the transform and a decoder tied to the word embeddings),
+//!   [`BertForSequenceClassification`], [`BertForTokenClassification`];
+//! - `zoo-core`'s traits: masked-LM logits ([`zoo_core::TokenLogits`]), classification
+//!   ([`zoo_core::ClassLogits`]) and mean-pooled sentence embeddings
+//!   ([`zoo_core::SentenceEmbedding`]).
+#![warn(missing_docs)]
+
+pub mod config;
+mod error;
+pub mod model;
+
+pub use config::{BertConfig, HiddenAct};
+pub use error::{EncoderError, Result};
+pub use model::{
+    BertEmbeddings, BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification,
+    BertLayer, BertModel, EncoderInput, EncoderOutput,
+};

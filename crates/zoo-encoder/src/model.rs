@@ -1,0 +1,665 @@
+//! The BERT encoder and its heads. Parameter names follow HF's `BertModel` where the
+//! shared parts allow (`word_embeddings`, `position_embeddings`, `token_type_embeddings`,
+//! `pooler`); the attention and feed-forward use `zoo-attention`'s names.
+
+use burn::module::{Module, Param};
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
+    Linear, LinearConfig,
+};
+use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use zoo_attention::{
+    AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttention, MultiHeadAttentionConfig,
+};
+use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits};
+
+use crate::config::{BertConfig, HiddenAct};
+use crate::error::{EncoderError, Result};
+
+/// Word, position and token-type embeddings, summed, then LayerNorm and dropout.
+#[derive(Module, Debug)]
+pub struct BertEmbeddings {
+    /// `[V, H]`
+    pub word_embeddings: Embedding,
+    /// `[max_position_embeddings, H]`
+    pub position_embeddings: Embedding,
+    /// `[type_vocab_size, H]`
+    pub token_type_embeddings: Embedding,
+    /// LayerNorm after the sum.
+    pub layer_norm: LayerNorm,
+    /// Dropout after the norm.
+    pub dropout: Dropout,
+}
+
+/// One post-norm encoder layer (Vaswani et al., 2017; BERT):
+/// `h = LN(x + Attn(x))`, `out = LN(h + FFN(h))`, with padding keys masked.
+#[derive(Module, Debug)]
+pub struct BertLayer {
+    /// Bidirectional self-attention.
+    pub attention: MultiHeadAttention,
+    /// LayerNorm after the attention's residual add.
+    pub attention_norm: LayerNorm,
+    /// Feed-forward network (its dropout included).
+    pub mlp: FeedForward,
+    /// LayerNorm after the feed-forward residual add.
+    pub output_norm: LayerNorm,
+    /// Dropout on the attention output.
+    pub dropout: Dropout,
+}
+
+impl BertLayer {
+    /// # Shapes
+    /// - `x`: `[B, T, H]`, `padding`: `[B, T]` (`true` at padding) -> `[B, T, H]`
+    ///
+    /// # Errors
+    /// Shapes the attention rejects.
+    pub fn forward(&self, x: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Result<Tensor<3>> {
+        let mut input = AttentionInput::self_attn(x.clone());
+        if let Some(pad) = padding {
+            input = input.key_padding(pad);
+        }
+        let a = self.attention.forward(input)?.context;
+        let h = self.attention_norm.forward(x + self.dropout.forward(a));
+        let f = self.mlp.forward(h.clone())?;
+        Ok(self.output_norm.forward(h + f))
+    }
+}
+
+/// The input of a BERT forward pass.
+#[derive(Debug, Clone)]
+pub struct EncoderInput {
+    /// `[B, T]` token ids.
+    pub tokens: Tensor<2, Int>,
+    /// `[B, T]` segment ids; all zero when absent.
+    pub token_types: Option<Tensor<2, Int>>,
+    /// `[B, T]`, `true` at padding, which no position attends to.
+    pub padding: Option<Tensor<2, Bool>>,
+}
+
+impl EncoderInput {
+    /// Token ids `[B, T]`, one segment, no padding.
+    pub fn new(tokens: Tensor<2, Int>) -> Self {
+        Self {
+            tokens,
+            token_types: None,
+            padding: None,
+        }
+    }
+
+    /// Segment ids `[B, T]` (sentence pairs).
+    pub fn token_types(mut self, types: Tensor<2, Int>) -> Self {
+        self.token_types = Some(types);
+        self
+    }
+
+    /// The padding mask `[B, T]`, `true` at padding.
+    pub fn padding(mut self, padding: Tensor<2, Bool>) -> Self {
+        self.padding = Some(padding);
+        self
+    }
+}
+
+/// The output of [`BertModel::forward`].
+#[derive(Debug, Clone)]
+pub struct EncoderOutput {
+    /// `[B, T, H]` the last layer's states.
+    pub hidden: Tensor<3>,
+    /// `[B, H]` the pooler's `tanh(dense(hidden[:, 0]))`, when the model has a pooler.
+    pub pooled: Option<Tensor<2>>,
+}
+
+/// The BERT encoder: embeddings, post-norm layers, and an optional pooler.
+#[derive(Module, Debug)]
+pub struct BertModel {
+    /// The embeddings.
+    pub embeddings: BertEmbeddings,
+    /// The layers (HF `encoder.layer`).
+    pub layers: Vec<BertLayer>,
+    /// Dense layer of the pooler (HF `pooler.dense`), applied to the first token.
+    pub pooler: Option<Linear>,
+    vocab_size: usize,
+    type_vocab_size: usize,
+}
+
+fn init(cfg: &BertConfig) -> Initializer {
+    Initializer::Normal {
+        mean: 0.0,
+        std: cfg.initializer_range,
+    }
+}
+
+fn linear(d_in: usize, d_out: usize, cfg: &BertConfig, device: &Device) -> Linear {
+    LinearConfig::new(d_in, d_out)
+        .with_initializer(init(cfg))
+        .init(device)
+}
+
+fn layer_norm(cfg: &BertConfig, device: &Device) -> LayerNorm {
+    LayerNormConfig::new(cfg.hidden_size)
+        .with_epsilon(cfg.layer_norm_eps)
+        .init(device)
+}
+
+impl BertConfig {
+    /// Builds the encoder, with a pooler or without (as HF's `add_pooling_layer`).
+    ///
+    /// # Errors
+    /// See [`BertConfig::validate`].
+    pub fn init(&self, with_pooler: bool, device: &Device) -> Result<BertModel> {
+        self.validate()?;
+        let h = self.hidden_size;
+        let embedding = |n| {
+            EmbeddingConfig::new(n, h)
+                .with_initializer(init(self))
+                .init(device)
+        };
+        let attention = MultiHeadAttentionConfig::new(h, self.num_attention_heads)
+            .with_dropout(self.attention_probs_dropout_prob)
+            .with_initializer(init(self));
+        let ffn = FeedForwardConfig::new(h, self.intermediate_size)
+            .with_activation(self.hidden_act.ffn())
+            .with_dropout(self.hidden_dropout_prob)
+            .with_initializer(init(self));
+        let layers = (0..self.num_hidden_layers)
+            .map(|_| {
+                Ok(BertLayer {
+                    attention: attention.init(device)?,
+                    attention_norm: layer_norm(self, device),
+                    mlp: ffn.init(device)?,
+                    output_norm: layer_norm(self, device),
+                    dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(BertModel {
+            embeddings: BertEmbeddings {
+                word_embeddings: embedding(self.vocab_size),
+                position_embeddings: embedding(self.max_position_embeddings),
+                token_type_embeddings: embedding(self.type_vocab_size),
+                layer_norm: layer_norm(self, device),
+                dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
+            },
+            layers,
+            pooler: with_pooler.then(|| linear(h, h, self, device)),
+            vocab_size: self.vocab_size,
+            type_vocab_size: self.type_vocab_size,
+        })
+    }
+}
+
+/// The largest value of an id tensor, read back once to check it on the host.
+fn max_id(ids: &Tensor<2, Int>, what: &str) -> Result<i64> {
+    let values = ids
+        .to_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .map_err(|e| EncoderError::Input(format!("cannot read {what}: {e:?}")))?;
+    if let Some(&neg) = values.iter().find(|v| **v < 0) {
+        return Err(EncoderError::Input(format!("{what} {neg} is negative")));
+    }
+    Ok(values.into_iter().max().unwrap_or(0))
+}
+
+impl BertModel {
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Longest input.
+    pub fn max_len(&self) -> usize {
+        self.embeddings.position_embeddings.weight.dims()[0]
+    }
+
+    /// Model width.
+    pub fn hidden_size(&self) -> usize {
+        self.embeddings.word_embeddings.weight.dims()[1]
+    }
+
+    fn check(&self, input: &EncoderInput) -> Result<()> {
+        let [b, t] = input.tokens.dims();
+        if t == 0 || t > self.max_len() {
+            return Err(EncoderError::Input(format!(
+                "sequence of {t} tokens does not fit max_position_embeddings {}",
+                self.max_len()
+            )));
+        }
+        let top = max_id(&input.tokens, "token id")?;
+        if top as usize >= self.vocab_size {
+            return Err(EncoderError::Input(format!(
+                "token id {top} is out of range for vocab_size {}",
+                self.vocab_size
+            )));
+        }
+        if let Some(types) = &input.token_types {
+            if types.dims() != [b, t] {
+                return Err(EncoderError::Input(format!(
+                    "token types have shape {:?}, the tokens [{b}, {t}]",
+                    types.dims()
+                )));
+            }
+            let top = max_id(types, "token type")?;
+            if top as usize >= self.type_vocab_size {
+                return Err(EncoderError::Input(format!(
+                    "token type {top} is out of range for type_vocab_size {}",
+                    self.type_vocab_size
+                )));
+            }
+        }
+        if let Some(pad) = &input.padding
+            && pad.dims() != [b, t]
+        {
+            return Err(EncoderError::Input(format!(
+                "padding mask has shape {:?}, the tokens [{b}, {t}]",
+                pad.dims()
+            )));
+        }
+        Ok(())
+    }
+
+    /// # Shapes
+    /// - tokens, token types, padding: `[B, T]` -> hidden `[B, T, H]`, pooled `[B, H]`
+    ///
+    /// # Errors
+    /// Ids outside the vocabulary or the token types, an input longer than
+    /// `max_position_embeddings`, or masks of another shape than the tokens.
+    pub fn forward(&self, input: EncoderInput) -> Result<EncoderOutput> {
+        self.check(&input)?;
+        let [b, t] = input.tokens.dims();
+        let device = input.tokens.device();
+        let e = &self.embeddings;
+        let positions = Tensor::<1, Int>::arange(0..t as i64, &device)
+            .reshape([1, t])
+            .expand([b, t]);
+        let types = input
+            .token_types
+            .unwrap_or_else(|| Tensor::zeros([b, t], &device));
+        let x = e.word_embeddings.forward(input.tokens)
+            + e.position_embeddings.forward(positions)
+            + e.token_type_embeddings.forward(types);
+        let mut h = e.dropout.forward(e.layer_norm.forward(x));
+        for layer in &self.layers {
+            h = layer.forward(h, input.padding.clone())?;
+        }
+        let pooled = self.pooler.as_ref().map(|dense| {
+            let d = h.dims()[2];
+            // [B, T, H] -> the first token [B, H]
+            let first = h.clone().slice([0..b, 0..1, 0..d]).reshape([b, d]);
+            dense.forward(first).tanh()
+        });
+        Ok(EncoderOutput { hidden: h, pooled })
+    }
+}
+
+/// Mean of the hidden states over the real (unpadded) positions, as sentence-transformers'
+/// mean pooling.
+///
+/// # Shapes
+/// - `hidden`: `[B, T, H]`, `padding`: `[B, T]` -> `[B, H]`
+pub fn mean_pool(hidden: Tensor<3>, padding: Tensor<2, Bool>) -> Tensor<2> {
+    let [b, t, _] = hidden.dims();
+    let keep = padding.bool_not().float().reshape([b, t, 1]); // [B, T, 1]
+    let sum = (hidden * keep.clone()).sum_dim(1).squeeze_dim::<2>(1); // [B, H]
+    let count = keep.sum_dim(1).squeeze_dim::<2>(1).clamp_min(1e-9); // [B, 1]
+    sum / count
+}
+
+impl SentenceEmbedding for BertModel {
+    fn sentence_embedding(
+        &self,
+        tokens: Tensor<2, Int>,
+        padding: Tensor<2, Bool>,
+    ) -> std::result::Result<Tensor<2>, ModelError> {
+        let out = self.forward(EncoderInput::new(tokens).padding(padding.clone()))?;
+        Ok(mean_pool(out.hidden, padding))
+    }
+}
+
+fn activate(act: HiddenAct, x: Tensor<3>) -> Tensor<3> {
+    match act {
+        HiddenAct::Gelu => gelu(x),
+        HiddenAct::GeluTanh => gelu_approximate(x),
+        HiddenAct::Relu => relu(x),
+        HiddenAct::Silu => silu(x),
+    }
+}
+
+/// BERT with the masked-LM head: `LN(act(dense(h)))`, then a decoder tied to the word
+/// embeddings, plus a bias (HF `cls.predictions`).
+#[derive(Module, Debug)]
+pub struct BertForMaskedLm {
+    /// The encoder, without a pooler.
+    pub bert: BertModel,
+    /// The transform's dense layer (`cls.predictions.transform.dense`).
+    pub transform: Linear,
+    /// The transform's LayerNorm.
+    pub transform_norm: LayerNorm,
+    /// The decoder's bias `[V]`; its weight is the word embedding.
+    pub decoder_bias: Param<Tensor<1>>,
+    #[module(skip)]
+    act: HiddenAct,
+}
+
+impl BertForMaskedLm {
+    /// Builds the model.
+    ///
+    /// # Errors
+    /// See [`BertConfig::validate`].
+    pub fn new(cfg: &BertConfig, device: &Device) -> Result<Self> {
+        Ok(Self {
+            bert: cfg.init(false, device)?,
+            transform: linear(cfg.hidden_size, cfg.hidden_size, cfg, device),
+            transform_norm: layer_norm(cfg, device),
+            decoder_bias: Param::from_tensor(Tensor::zeros([cfg.vocab_size], device)),
+            act: cfg.hidden_act,
+        })
+    }
+
+    /// # Shapes
+    /// - input `[B, T]` -> logits `[B, T, V]`
+    ///
+    /// # Errors
+    /// As [`BertModel::forward`].
+    pub fn forward(&self, input: EncoderInput) -> Result<Tensor<3>> {
+        let h = self.bert.forward(input)?.hidden;
+        let h = self
+            .transform_norm
+            .forward(activate(self.act, self.transform.forward(h)));
+        // [B, T, H] x [1, H, V] -> [B, T, V], the word embedding's transpose.
+        let w = self
+            .bert
+            .embeddings
+            .word_embeddings
+            .weight
+            .val()
+            .transpose()
+            .unsqueeze::<3>();
+        let v = self.bert.vocab_size();
+        Ok(h.matmul(w) + self.decoder_bias.val().reshape([1, 1, v]))
+    }
+}
+
+impl TokenLogits for BertForMaskedLm {
+    fn token_logits(
+        &self,
+        tokens: Tensor<2, Int>,
+        padding: Option<Tensor<2, Bool>>,
+    ) -> std::result::Result<Tensor<3>, ModelError> {
+        let mut input = EncoderInput::new(tokens);
+        if let Some(pad) = padding {
+            input = input.padding(pad);
+        }
+        Ok(self.forward(input)?)
+    }
+}
+
+/// BERT with a classifier on the pooled first token (HF `BertForSequenceClassification`).
+#[derive(Module, Debug)]
+pub struct BertForSequenceClassification {
+    /// The encoder, with its pooler.
+    pub bert: BertModel,
+    /// Dropout before the classifier.
+    pub dropout: Dropout,
+    /// `[H, num_labels]`
+    pub classifier: Linear,
+}
+
+impl BertForSequenceClassification {
+    /// Builds the model for `num_labels` classes.
+    ///
+    /// # Errors
+    /// See [`BertConfig::validate`], and zero labels.
+    pub fn new(cfg: &BertConfig, num_labels: usize, device: &Device) -> Result<Self> {
+        if num_labels == 0 {
+            return Err(EncoderError::Config("num_labels must be > 0, got 0".into()));
+        }
+        Ok(Self {
+            bert: cfg.init(true, device)?,
+            dropout: DropoutConfig::new(cfg.hidden_dropout_prob).init(),
+            classifier: linear(cfg.hidden_size, num_labels, cfg, device),
+        })
+    }
+
+    /// # Shapes
+    /// - input `[B, T]` -> logits `[B, num_labels]`
+    ///
+    /// # Errors
+    /// As [`BertModel::forward`].
+    pub fn forward(&self, input: EncoderInput) -> Result<Tensor<2>> {
+        let pooled = self
+            .bert
+            .forward(input)?
+            .pooled
+            .ok_or_else(|| EncoderError::Input("the encoder has no pooler".into()))?;
+        Ok(self.classifier.forward(self.dropout.forward(pooled)))
+    }
+}
+
+impl ClassLogits for BertForSequenceClassification {
+    type Input = EncoderInput;
+
+    fn class_logits(&self, input: EncoderInput) -> std::result::Result<Tensor<2>, ModelError> {
+        Ok(self.forward(input)?)
+    }
+}
+
+/// BERT with a classifier on every token (HF `BertForTokenClassification`).
+#[derive(Module, Debug)]
+pub struct BertForTokenClassification {
+    /// The encoder, without a pooler.
+    pub bert: BertModel,
+    /// Dropout before the classifier.
+    pub dropout: Dropout,
+    /// `[H, num_labels]`
+    pub classifier: Linear,
+}
+
+impl BertForTokenClassification {
+    /// Builds the model for `num_labels` tags.
+    ///
+    /// # Errors
+    /// See [`BertConfig::validate`], and zero labels.
+    pub fn new(cfg: &BertConfig, num_labels: usize, device: &Device) -> Result<Self> {
+        if num_labels == 0 {
+            return Err(EncoderError::Config("num_labels must be > 0, got 0".into()));
+        }
+        Ok(Self {
+            bert: cfg.init(false, device)?,
+            dropout: DropoutConfig::new(cfg.hidden_dropout_prob).init(),
+            classifier: linear(cfg.hidden_size, num_labels, cfg, device),
+        })
+    }
+
+    /// # Shapes
+    /// - input `[B, T]` -> logits `[B, T, num_labels]`
+    ///
+    /// # Errors
+    /// As [`BertModel::forward`].
+    pub fn forward(&self, input: EncoderInput) -> Result<Tensor<3>> {
+        let h = self.bert.forward(input)?.hidden;
+        Ok(self.classifier.forward(self.dropout.forward(h)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+    use zoo_device::test_device;
+    use zoo_device::testing::max_abs_diff;
+
+    fn tiny() -> BertConfig {
+        let mut c = BertConfig::new(40, 16, 2, 4, 32);
+        c.max_position_embeddings = 12;
+        c.initializer_range = 0.3; // attention far from uniform: masks show
+        c
+    }
+
+    fn ids(rows: &[&[i64]]) -> Tensor<2, Int> {
+        let t = rows[0].len();
+        let flat: Vec<i64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        Tensor::from_data(TensorData::new(flat, [rows.len(), t]), &test_device())
+    }
+
+    fn pad(rows: &[&[bool]]) -> Tensor<2, Bool> {
+        let t = rows[0].len();
+        let flat: Vec<bool> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        Tensor::from_data(TensorData::new(flat, [rows.len(), t]), &test_device())
+    }
+
+    #[test]
+    fn presets_have_hf_parameter_counts() {
+        // HF BertModel (with its pooler): bert-base-uncased 109,482,240 and
+        // all-MiniLM-L6-v2 22,713,216 parameters.
+        let dev = test_device();
+        let base = BertConfig::bert_base_uncased().init(true, &dev).unwrap();
+        assert_eq!(base.num_params(), 109_482_240);
+        let mini = BertConfig::all_minilm_l6_v2().init(true, &dev).unwrap();
+        assert_eq!(mini.num_params(), 22_713_216);
+        let no_pooler = BertConfig::all_minilm_l6_v2().init(false, &dev).unwrap();
+        assert_eq!(no_pooler.num_params(), 22_713_216 - 384 * 384 - 384);
+    }
+
+    #[test]
+    fn the_layer_is_post_norm_from_the_shared_parts() {
+        let m = tiny().init(true, &test_device()).unwrap();
+        let input = EncoderInput::new(ids(&[&[2, 7, 9, 1]]));
+        let got = m.forward(input).unwrap();
+        // By hand: embeddings, then each layer's two residual adds, each followed by LN.
+        let dev = test_device();
+        let e = &m.embeddings;
+        let pos = Tensor::<1, Int>::arange(0..4, &dev).reshape([1, 4]);
+        let mut h = e.layer_norm.forward(
+            e.word_embeddings.forward(ids(&[&[2, 7, 9, 1]]))
+                + e.position_embeddings.forward(pos)
+                + e.token_type_embeddings.forward(Tensor::zeros([1, 4], &dev)),
+        );
+        for l in &m.layers {
+            let a = l
+                .attention
+                .forward(AttentionInput::self_attn(h.clone()))
+                .unwrap()
+                .context;
+            let x = l.attention_norm.forward(h + a);
+            h = l.output_norm.forward(x.clone() + l.mlp.forward(x).unwrap());
+        }
+        assert!(max_abs_diff(&got.hidden, &h) < 1e-5);
+        let first = h.slice([0..1, 0..1, 0..16]).reshape([1, 16]);
+        let pooled = m.pooler.as_ref().unwrap().forward(first).tanh();
+        assert!(max_abs_diff(&got.pooled.unwrap(), &pooled) < 1e-6);
+    }
+
+    #[test]
+    fn padding_is_never_attended_to() {
+        let m = tiny().init(false, &test_device()).unwrap();
+        let mask = pad(&[&[false, false, false, true, true]]);
+        let run = |rows: &[&[i64]], with_mask: bool| {
+            let mut input = EncoderInput::new(ids(rows));
+            if with_mask {
+                input = input.padding(mask.clone());
+            }
+            m.forward(input).unwrap().hidden.slice([0..1, 0..3, 0..16])
+        };
+        let a = run(&[&[5, 6, 7, 0, 0]], true);
+        let b = run(&[&[5, 6, 7, 30, 12]], true);
+        assert!(
+            max_abs_diff(&a, &b) < 1e-5,
+            "padding leaked into real positions"
+        );
+        // Negative control: without the mask, the same change reaches every position.
+        let c = run(&[&[5, 6, 7, 0, 0]], false);
+        let d = run(&[&[5, 6, 7, 30, 12]], false);
+        assert!(max_abs_diff(&c, &d) > 1e-3);
+        // And the padded sequence equals the unpadded one on its real positions.
+        let alone = run(&[&[5, 6, 7]], false);
+        assert!(max_abs_diff(&a, &alone) < 1e-5);
+    }
+
+    #[test]
+    fn token_types_change_the_states() {
+        let m = tiny().init(false, &test_device()).unwrap();
+        let toks = ids(&[&[3, 4, 5, 6]]);
+        let a = m.forward(EncoderInput::new(toks.clone())).unwrap().hidden;
+        let b = m
+            .forward(EncoderInput::new(toks).token_types(ids(&[&[0, 0, 1, 1]])))
+            .unwrap()
+            .hidden;
+        assert!(max_abs_diff(&a, &b) > 1e-3);
+    }
+
+    #[test]
+    fn the_mlm_decoder_is_tied_to_the_word_embeddings() {
+        let dev = test_device();
+        let mut m = BertForMaskedLm::new(&tiny(), &dev).unwrap();
+        m.decoder_bias = Param::from_tensor(Tensor::<1, Int>::arange(0..40, &dev).float() * 0.01);
+        let input = EncoderInput::new(ids(&[&[2, 7, 9]]));
+        let got = m.forward(input.clone()).unwrap();
+        assert_eq!(got.dims(), [1, 3, 40]);
+        let h = m.bert.forward(input).unwrap().hidden;
+        let t = m.transform_norm.forward(gelu(m.transform.forward(h)));
+        let w = m.bert.embeddings.word_embeddings.weight.val(); // [V, H]
+        let want =
+            t.matmul(w.transpose().unsqueeze::<3>()) + m.decoder_bias.val().reshape([1, 1, 40]);
+        assert!(max_abs_diff(&got, &want) < 1e-5);
+    }
+
+    #[test]
+    fn mean_pooling_skips_padding() {
+        let m = tiny().init(false, &test_device()).unwrap();
+        let mask = pad(&[&[false, false, true], &[false, false, false]]);
+        let toks = ids(&[&[4, 5, 0], &[4, 5, 6]]);
+        let e = m.sentence_embedding(toks.clone(), mask.clone()).unwrap();
+        let h = m
+            .forward(EncoderInput::new(toks).padding(mask))
+            .unwrap()
+            .hidden;
+        let row0 = h
+            .clone()
+            .slice([0..1, 0..2, 0..16])
+            .mean_dim(1)
+            .reshape([1, 16]);
+        let row1 = h.slice([1..2, 0..3, 0..16]).mean_dim(1).reshape([1, 16]);
+        assert!(max_abs_diff(&e, &Tensor::cat(vec![row0, row1], 0)) < 1e-5);
+    }
+
+    #[test]
+    fn classification_heads_have_their_shapes_and_bad_inputs_are_errors() {
+        let dev = test_device();
+        let seq = BertForSequenceClassification::new(&tiny(), 3, &dev).unwrap();
+        let logits = seq
+            .class_logits(EncoderInput::new(ids(&[&[1, 2], &[3, 4]])))
+            .unwrap();
+        assert_eq!(logits.dims(), [2, 3]);
+        let tok = BertForTokenClassification::new(&tiny(), 5, &dev).unwrap();
+        assert_eq!(
+            tok.forward(EncoderInput::new(ids(&[&[1, 2, 3]])))
+                .unwrap()
+                .dims(),
+            [1, 3, 5]
+        );
+        let m = &seq.bert;
+        let err = |input| m.forward(input).unwrap_err().to_string();
+        assert_eq!(
+            err(EncoderInput::new(ids(&[&[1, 40]]))),
+            "token id 40 is out of range for vocab_size 40"
+        );
+        assert_eq!(
+            err(EncoderInput::new(ids(&[&[1; 13]]))),
+            "sequence of 13 tokens does not fit max_position_embeddings 12"
+        );
+        assert_eq!(
+            err(EncoderInput::new(ids(&[&[1, 2]])).token_types(ids(&[&[0, 2]]))),
+            "token type 2 is out of range for type_vocab_size 2"
+        );
+        assert_eq!(
+            err(EncoderInput::new(ids(&[&[1, 2]])).padding(pad(&[&[false, false, true]]))),
+            "padding mask has shape [1, 3], the tokens [1, 2]"
+        );
+        assert_eq!(
+            err(EncoderInput::new(ids(&[&[1, -3]]))),
+            "token id -3 is negative"
+        );
+        assert!(BertForSequenceClassification::new(&tiny(), 0, &dev).is_err());
+    }
+}

@@ -394,6 +394,22 @@ impl TokenLogits for BertForMaskedLm {
     }
 }
 
+/// The dropout and `[H, num_labels]` classifier that both classification heads put on
+/// the encoder.
+fn classifier_head(
+    cfg: &BertConfig,
+    num_labels: usize,
+    device: &Device,
+) -> Result<(Dropout, Linear)> {
+    if num_labels == 0 {
+        return Err(EncoderError::Config("num_labels must be > 0, got 0".into()));
+    }
+    Ok((
+        DropoutConfig::new(cfg.hidden_dropout_prob).init(),
+        linear(cfg.hidden_size, num_labels, cfg, device),
+    ))
+}
+
 /// BERT with a classifier on the pooled first token (HF `BertForSequenceClassification`).
 #[derive(Module, Debug)]
 pub struct BertForSequenceClassification {
@@ -411,13 +427,11 @@ impl BertForSequenceClassification {
     /// # Errors
     /// See [`BertConfig::validate`], and zero labels.
     pub fn new(cfg: &BertConfig, num_labels: usize, device: &Device) -> Result<Self> {
-        if num_labels == 0 {
-            return Err(EncoderError::Config("num_labels must be > 0, got 0".into()));
-        }
+        let (dropout, classifier) = classifier_head(cfg, num_labels, device)?;
         Ok(Self {
             bert: cfg.init(true, device)?,
-            dropout: DropoutConfig::new(cfg.hidden_dropout_prob).init(),
-            classifier: linear(cfg.hidden_size, num_labels, cfg, device),
+            dropout,
+            classifier,
         })
     }
 
@@ -461,13 +475,11 @@ impl BertForTokenClassification {
     /// # Errors
     /// See [`BertConfig::validate`], and zero labels.
     pub fn new(cfg: &BertConfig, num_labels: usize, device: &Device) -> Result<Self> {
-        if num_labels == 0 {
-            return Err(EncoderError::Config("num_labels must be > 0, got 0".into()));
-        }
+        let (dropout, classifier) = classifier_head(cfg, num_labels, device)?;
         Ok(Self {
             bert: cfg.init(false, device)?,
-            dropout: DropoutConfig::new(cfg.hidden_dropout_prob).init(),
-            classifier: linear(cfg.hidden_size, num_labels, cfg, device),
+            dropout,
+            classifier,
         })
     }
 

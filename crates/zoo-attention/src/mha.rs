@@ -1149,6 +1149,16 @@ mod tests {
                 .unwrap()
                 .context;
             assert!(max_abs_diff(&full, &cached) < 1e-5);
+            // Negative control: a cache of another source gives another result.
+            let other = m.cross_kv(ctx.clone() * -1.0).unwrap();
+            let moved = m
+                .forward_cross_cached(
+                    AttentionInput::self_attn(x(2, 1, 16, 40 + t)).key_padding(pad.clone()),
+                    &other,
+                )
+                .unwrap()
+                .context;
+            assert!(max_abs_diff(&full, &moved) > 1e-3);
         }
         let e = m
             .forward_cross_cached(AttentionInput::self_attn(x(3, 1, 16, 1)), &cache)
@@ -1169,9 +1179,9 @@ mod tests {
             .forward(AttentionInput::self_attn(input.clone()).causal())
             .unwrap()
             .context;
-        let plain = m.clone();
+        let plain = mha_with_bias_off(m.clone());
         let bias = crate::position::alibi_bias(4, 9, 9, 0, &dev);
-        let want = mha_with_bias_off(plain)
+        let want = plain
             .forward(
                 AttentionInput::self_attn(input.clone())
                     .causal()
@@ -1180,6 +1190,12 @@ mod tests {
             .unwrap()
             .context;
         assert!(max_abs_diff(&got, &want) < 1e-5);
+        // Negative control: without the bias the layer computes something else.
+        let unbiased = plain
+            .forward(AttentionInput::self_attn(input.clone()).causal())
+            .unwrap()
+            .context;
+        assert!(max_abs_diff(&got, &unbiased) > 1e-3);
         // Linear attention through the config equals the kernel on the projections.
         let lin =
             mha(MultiHeadAttentionConfig::new(16, 4)
@@ -1193,6 +1209,14 @@ mod tests {
             .finish(attention_linear(q, k, v, true, None, 9).unwrap(), None)
             .context;
         assert!(max_abs_diff(&got, &want) < 1e-4);
+        // Negative control: the same weights with softmax attention differ.
+        let softmax = lin
+            .clone()
+            .with_kernel(AttentionKernel::Reference)
+            .forward(AttentionInput::self_attn(input.clone()).causal())
+            .unwrap()
+            .context;
+        assert!(max_abs_diff(&got, &softmax) > 1e-3);
         assert!(
             lin.forward_cached(
                 AttentionInput::self_attn(input.clone()),
@@ -1211,6 +1235,15 @@ mod tests {
         let [q, k, v] = win.project(input.clone(), None).unwrap();
         let out = crate::sdpa::attention_sliding_window(q, k, v, 3, true, &[0], None, 4).unwrap();
         assert!(max_abs_diff(&got, &win.finish(out, None).context) < 1e-5);
+        // Negative control: the same weights without the window differ.
+        let mut unwindowed = win.clone();
+        unwindowed.window = None;
+        unwindowed.global_tokens.clear();
+        let full = unwindowed
+            .forward(AttentionInput::self_attn(input.clone()).causal())
+            .unwrap()
+            .context;
+        assert!(max_abs_diff(&got, &full) > 1e-3);
         let e = MultiHeadAttentionConfig::new(16, 4)
             .with_global_tokens(vec![0])
             .init(&dev)

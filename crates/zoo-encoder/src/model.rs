@@ -557,6 +557,23 @@ mod tests {
             h = l.output_norm.forward(x.clone() + l.mlp.forward(x).unwrap());
         }
         assert!(max_abs_diff(&got.hidden, &h) < 1e-5);
+        // Negative control: the pre-norm order (`x + Attn(LN(x))`) gives other states.
+        let l = &m.layers[1];
+        let x = m
+            .forward(EncoderInput::new(ids(&[&[2, 7, 9, 1]])))
+            .unwrap()
+            .hidden;
+        let post = l.forward(x.clone(), None).unwrap();
+        let a = l
+            .attention
+            .forward(AttentionInput::self_attn(
+                l.attention_norm.forward(x.clone()),
+            ))
+            .unwrap()
+            .context;
+        let y = x + a;
+        let pre = y.clone() + l.mlp.forward(l.output_norm.forward(y)).unwrap();
+        assert!(max_abs_diff(&post, &pre) > 1e-2);
         let first = h.slice([0..1, 0..1, 0..16]).reshape([1, 16]);
         let pooled = m.pooler.as_ref().unwrap().forward(first).tanh();
         assert!(max_abs_diff(&got.pooled.unwrap(), &pooled) < 1e-6);
@@ -626,6 +643,7 @@ mod tests {
             .forward(EncoderInput::new(toks).padding(mask))
             .unwrap()
             .hidden;
+        let h_all = h.clone();
         let row0 = h
             .clone()
             .slice([0..1, 0..2, 0..16])
@@ -633,6 +651,12 @@ mod tests {
             .reshape([1, 16]);
         let row1 = h.slice([1..2, 0..3, 0..16]).mean_dim(1).reshape([1, 16]);
         assert!(max_abs_diff(&e, &Tensor::cat(vec![row0, row1], 0)) < 1e-5);
+        // Negative control: a mean that counts the padded position differs.
+        let with_pad = h_all
+            .slice([0..1, 0..3, 0..16])
+            .mean_dim(1)
+            .reshape([1, 16]);
+        assert!(max_abs_diff(&e.slice([0..1, 0..16]), &with_pad) > 1e-3);
     }
 
     #[test]

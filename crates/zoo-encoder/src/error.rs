@@ -12,6 +12,12 @@ pub enum EncoderError {
     /// An input that does not fit the model.
     #[error("{0}")]
     Input(String),
+    /// A checkpoint that cannot be read, written, or does not fit the model.
+    #[error(transparent)]
+    Checkpoint(#[from] zoo_core::CheckpointError),
+    /// A tokenizer that cannot be loaded, trained or run.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
     /// An error from the attention core.
     #[error(transparent)]
     Attention(#[from] AttentionError),

@@ -16,11 +16,18 @@
 
 pub mod config;
 mod error;
+pub mod mlm;
 pub mod model;
+pub mod pretrained;
+pub mod sentence;
+pub mod tokenizer;
 
 pub use config::{BertConfig, HiddenAct};
 pub use error::{EncoderError, Result};
+pub use mlm::{MaskedBatch, MaskingConfig, mask_tokens};
 pub use model::{
     BertEmbeddings, BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification,
     BertLayer, BertModel, EncoderInput, EncoderOutput,
 };
+pub use sentence::{Pooling, PoolingConfig, SentenceEncoder};
+pub use tokenizer::{BertTokenizer, Encoding, TokenBatch};

@@ -118,8 +118,8 @@ pub struct BertModel {
     pub layers: Vec<BertLayer>,
     /// Dense layer of the pooler (HF `pooler.dense`), applied to the first token.
     pub pooler: Option<Linear>,
-    vocab_size: usize,
-    type_vocab_size: usize,
+    #[module(skip)]
+    config: BertConfig,
 }
 
 fn init(cfg: &BertConfig) -> Initializer {
@@ -182,8 +182,7 @@ impl BertConfig {
             },
             layers,
             pooler: with_pooler.then(|| linear(h, h, self, device)),
-            vocab_size: self.vocab_size,
-            type_vocab_size: self.type_vocab_size,
+            config: self.clone(),
         })
     }
 }
@@ -204,7 +203,13 @@ fn max_id(ids: &Tensor<2, Int>, what: &str) -> Result<i64> {
 impl BertModel {
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
-        self.vocab_size
+        self.config.vocab_size
+    }
+
+    /// The configuration it was built from (with its `id2label`, when loaded from a
+    /// classification checkpoint).
+    pub fn config(&self) -> &BertConfig {
+        &self.config
     }
 
     /// Longest input.
@@ -226,10 +231,10 @@ impl BertModel {
             )));
         }
         let top = max_id(&input.tokens, "token id")?;
-        if top as usize >= self.vocab_size {
+        if top as usize >= self.config.vocab_size {
             return Err(EncoderError::Input(format!(
                 "token id {top} is out of range for vocab_size {}",
-                self.vocab_size
+                self.config.vocab_size
             )));
         }
         if let Some(types) = &input.token_types {
@@ -240,10 +245,10 @@ impl BertModel {
                 )));
             }
             let top = max_id(types, "token type")?;
-            if top as usize >= self.type_vocab_size {
+            if top as usize >= self.config.type_vocab_size {
                 return Err(EncoderError::Input(format!(
                     "token type {top} is out of range for type_vocab_size {}",
-                    self.type_vocab_size
+                    self.config.type_vocab_size
                 )));
             }
         }
@@ -430,6 +435,24 @@ impl BertForSequenceClassification {
         let (dropout, classifier) = classifier_head(cfg, num_labels, device)?;
         Ok(Self {
             bert: cfg.init(true, device)?,
+            dropout,
+            classifier,
+        })
+    }
+
+    /// Puts a new classifier on an encoder (a pretrained one, say). An encoder without
+    /// a pooler (from a masked-LM checkpoint) gets a freshly initialised one.
+    ///
+    /// # Errors
+    /// `num_labels` of 0.
+    pub fn from_encoder(mut bert: BertModel, num_labels: usize, device: &Device) -> Result<Self> {
+        let cfg = bert.config().clone();
+        let (dropout, classifier) = classifier_head(&cfg, num_labels, device)?;
+        if bert.pooler.is_none() {
+            bert.pooler = Some(linear(cfg.hidden_size, cfg.hidden_size, &cfg, device));
+        }
+        Ok(Self {
+            bert,
             dropout,
             classifier,
         })

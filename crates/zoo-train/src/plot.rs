@@ -374,3 +374,164 @@ mod tests {
         std::fs::remove_dir_all(dir).ok();
     }
 }
+
+/// A matrix as a heatmap PNG at `path` (a white-to-blue scale from the smallest value to
+/// the largest, each cell's value printed when the grid is small), with row and column
+/// labels and a title. Written through a temporary file, so `path` appears whole.
+///
+/// # Errors
+/// An empty or ragged matrix, labels that do not match it, or a file that cannot be
+/// written.
+pub fn heatmap(
+    path: &Path,
+    values: &[Vec<f32>],
+    rows: &[String],
+    cols: &[String],
+    title: &str,
+) -> Result<PathBuf> {
+    let n_cols = values.first().map_or(0, Vec::len);
+    if values.is_empty() || n_cols == 0 || values.iter().any(|r| r.len() != n_cols) {
+        return Err(TrainError::Format(
+            "a heatmap needs a non-empty rectangular matrix".into(),
+        ));
+    }
+    if rows.len() != values.len() || cols.len() != n_cols {
+        return Err(TrainError::Format(format!(
+            "a {}x{n_cols} heatmap got {} row and {} column labels",
+            values.len(),
+            rows.len(),
+            cols.len()
+        )));
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file}.tmp.png"));
+    draw_heatmap(&tmp, values, rows, cols, title, font_ready())
+        .map_err(|e| TrainError::Format(format!("heatmap {}: {e}", path.display())))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))?;
+    Ok(path.to_path_buf())
+}
+
+fn draw_heatmap(
+    path: &Path,
+    values: &[Vec<f32>],
+    rows: &[String],
+    cols: &[String],
+    title: &str,
+    text: bool,
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let (n_rows, n_cols) = (values.len(), values[0].len());
+    let cell = (640 / n_cols.max(n_rows)).clamp(12, 80) as u32;
+    let label_w = if text {
+        rows.iter().map(|r| r.chars().count()).max().unwrap_or(0) as u32 * 8 + 16
+    } else {
+        8
+    };
+    let label_h = if text {
+        cols.iter().map(|c| c.chars().count()).max().unwrap_or(0) as u32 * 7 + 16
+    } else {
+        8
+    };
+    let title_h = if text { 30 } else { 8 };
+    let width = label_w + cell * n_cols as u32 + 16;
+    let height = title_h + cell * n_rows as u32 + label_h;
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (lo, hi) = values
+        .iter()
+        .flatten()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    let span = (hi - lo).max(1e-12);
+    let small = n_rows * n_cols <= 144 && cell >= 36;
+    for (r, row) in values.iter().enumerate() {
+        for (c, &v) in row.iter().enumerate() {
+            let x = label_w as i32 + (c as u32 * cell) as i32;
+            let y = title_h as i32 + (r as u32 * cell) as i32;
+            let t = if v.is_finite() { (v - lo) / span } else { 0.0 };
+            let shade = |full: f32| (255.0 - t * (255.0 - full)) as u8;
+            let color = RGBColor(shade(20.0), shade(70.0), shade(160.0));
+            root.draw(&Rectangle::new(
+                [(x, y), (x + cell as i32, y + cell as i32)],
+                color.filled(),
+            ))?;
+            if text && small {
+                let ink = if t > 0.5 { WHITE } else { BLACK };
+                root.draw(&Text::new(
+                    format!("{v:.2}"),
+                    (x + 4, y + cell as i32 / 2 - 6),
+                    ("sans-serif", 12).into_font().color(&ink),
+                ))?;
+            }
+        }
+    }
+    if text {
+        root.draw(&Text::new(
+            title.to_string(),
+            (label_w as i32, 8),
+            ("sans-serif", 16).into_font(),
+        ))?;
+        for (r, label) in rows.iter().enumerate() {
+            let y = title_h as i32 + (r as u32 * cell + cell / 2) as i32 - 6;
+            root.draw(&Text::new(
+                label.clone(),
+                (4, y),
+                ("sans-serif", 12).into_font(),
+            ))?;
+        }
+        let below = (title_h + cell * n_rows as u32 + 4) as i32;
+        for (c, label) in cols.iter().enumerate() {
+            let x = label_w as i32 + (c as u32 * cell + cell / 2) as i32 - 6;
+            root.draw(&Text::new(
+                label.clone(),
+                (x, below),
+                ("sans-serif", 12)
+                    .into_font()
+                    .transform(FontTransform::Rotate90),
+            ))?;
+        }
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod heatmap_tests {
+    use super::*;
+
+    #[test]
+    fn a_heatmap_shades_cells_by_value_and_rejects_ragged_input() {
+        let dir = std::env::temp_dir().join(format!("zoo-heatmap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.png");
+        let labels = |n: usize| (0..n).map(|i| format!("r{i}")).collect::<Vec<_>>();
+        let values = vec![vec![0.0, 1.0], vec![0.5, 0.25]];
+        heatmap(&path, &values, &labels(2), &labels(2), "test").unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        // The layout of draw_heatmap: 80-pixel cells after the row labels and the title
+        // (2 characters each here), narrower margins when no font was found.
+        let (left, top) = if font_ready() { (32, 30) } else { (8, 8) };
+        // A corner of each cell, away from its printed value.
+        let at = |r: u32, c: u32| img.get_pixel(left + c * 80 + 72, top + r * 80 + 8).0;
+        assert_eq!(
+            at(0, 1),
+            [20, 70, 160],
+            "the largest value is the darkest blue"
+        );
+        assert_eq!(at(0, 0), [255, 255, 255], "the smallest is white");
+        let mid = at(1, 0);
+        assert!(mid[0] < 255 && mid[0] > 20, "0.5 is in between: {mid:?}");
+        assert!(!dir.join(".h.png.tmp.png").exists());
+        let e = heatmap(&path, &[vec![1.0], vec![]], &labels(2), &labels(1), "x").unwrap_err();
+        assert!(e.to_string().contains("rectangular"), "{e}");
+        let e = heatmap(&path, &values, &labels(1), &labels(2), "x").unwrap_err();
+        assert!(
+            e.to_string().contains("got 1 row and 2 column labels"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,400 @@
+//! Loading and saving HuggingFace checkpoints, written once for every family.
+//!
+//! A family describes its checkpoint layout as a [`KeyMap`]: regex renames from HF's
+//! tensor names to the module's paths (and back, for saving), and the names that are not
+//! weights of the model (buffers such as `position_ids`, another head's tensors). The
+//! rest is here:
+//!
+//! - [`read_config`]: `config.json`, deserialized into the family's config type, with the
+//!   file named in every error;
+//! - [`WeightsFile`]: `model.safetensors`, or `pytorch_model.bin` read by burn-store's
+//!   pickle reader, which does not execute pickled code;
+//! - [`load_into`]: burn-store's key remapping and its PyTorch adapter (which transposes
+//!   `Linear` weights and renames norm parameters), then one report of *every* missing,
+//!   unexpected and mis-shaped tensor, by name and shape ([`TensorReport`]);
+//! - [`save_safetensors`]: the same mapping backwards, written atomically.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::store::{
+    ApplyError, BurnToPyTorchAdapter, KeyRemapper, ModuleSnapshot, ModuleStore,
+    PyTorchToBurnAdapter, PytorchStore, SafetensorsStore,
+};
+use serde::de::DeserializeOwned;
+
+/// A tensor as burn-store reads it from a file.
+pub type PackTensor = burn::store::burn_pack::Tensor;
+
+/// What can go wrong reading or writing a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// A file that cannot be read or written.
+    #[error("{}: {message}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        message: String,
+    },
+    /// A `config.json` that does not parse or does not describe this model.
+    #[error("{}: {message}", path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A weights file that is not a readable checkpoint.
+    #[error("{}: not a readable checkpoint: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What the reader said.
+        message: String,
+    },
+    /// A folder with no weights file.
+    #[error(
+        "{} has neither model.safetensors nor pytorch_model.bin",
+        dir.display()
+    )]
+    NoWeights {
+        /// The folder.
+        dir: PathBuf,
+    },
+    /// Tensors that do not fit the model.
+    #[error("{}: {report}", path.display())]
+    Tensors {
+        /// The weights file.
+        path: PathBuf,
+        /// Every tensor that does not fit.
+        report: TensorReport,
+    },
+}
+
+/// Every tensor of a checkpoint that does not fit a model, found in one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TensorReport {
+    /// Tensors the model needs and the file lacks: the checkpoint name and the shape the
+    /// model expects.
+    pub missing: Vec<(String, Vec<usize>)>,
+    /// Tensors of the file the model has no place for: the checkpoint name and its shape.
+    pub unexpected: Vec<(String, Vec<usize>)>,
+    /// Tensors of another shape: the checkpoint name, the model's shape, the file's shape
+    /// (both in the model's layout, after a `Linear` weight's transpose).
+    pub mismatched: Vec<(String, Vec<usize>, Vec<usize>)>,
+    /// Other failures, one line each (a dtype the parameter cannot take, say).
+    pub other: Vec<String>,
+}
+
+impl TensorReport {
+    /// Whether every tensor fits.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty()
+            && self.unexpected.is_empty()
+            && self.mismatched.is_empty()
+            && self.other.is_empty()
+    }
+}
+
+impl fmt::Display for TensorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the checkpoint does not fit the model ({} missing, {} unexpected, {} mis-shaped",
+            self.missing.len(),
+            self.unexpected.len(),
+            self.mismatched.len()
+        )?;
+        if !self.other.is_empty() {
+            write!(f, ", {} other", self.other.len())?;
+        }
+        write!(f, ")")?;
+        for (name, shape) in &self.missing {
+            write!(f, "\n  missing:    {name} {shape:?}")?;
+        }
+        for (name, shape) in &self.unexpected {
+            write!(f, "\n  unexpected: {name} {shape:?}")?;
+        }
+        for (name, expected, found) in &self.mismatched {
+            write!(
+                f,
+                "\n  mis-shaped: {name}: the model has {expected:?}, the file {found:?}"
+            )?;
+        }
+        for line in &self.other {
+            write!(f, "\n  error:      {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How a family's checkpoint names relate to its module paths.
+#[derive(Debug, Clone, Default)]
+pub struct KeyMap {
+    /// `(regex, replacement)` from checkpoint names to module paths, applied in order.
+    pub load: Vec<(String, String)>,
+    /// `(regex, replacement)` from module paths to checkpoint names, for saving and for
+    /// naming missing tensors as the checkpoint would.
+    pub save: Vec<(String, String)>,
+    /// Regexes over checkpoint names of tensors that are not weights of this model: they
+    /// are dropped before loading (a buffer, a tied copy, another head).
+    pub ignore: Vec<String>,
+}
+
+impl KeyMap {
+    /// An empty map: names are module paths.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a rename in both directions.
+    pub fn rename(mut self, load: (&str, &str), save: (&str, &str)) -> Self {
+        self.load.push((load.0.into(), load.1.into()));
+        self.save.push((save.0.into(), save.1.into()));
+        self
+    }
+
+    /// Drops checkpoint tensors whose names match `pattern`.
+    pub fn ignore(mut self, pattern: &str) -> Self {
+        self.ignore.push(pattern.into());
+        self
+    }
+
+    fn remapper(pairs: &[(String, String)]) -> KeyRemapper {
+        // The patterns are the family's own constants: a bad one is a bug, caught by its
+        // tests.
+        KeyRemapper::from_patterns(pairs.to_vec()).expect("a family's key map has a bad regex")
+    }
+
+    /// The checkpoint name of a module path.
+    pub fn checkpoint_name(&self, module_path: &str) -> String {
+        rename(&Self::remapper(&self.save), module_path)
+    }
+
+    /// The module path of a checkpoint name.
+    pub fn module_path(&self, checkpoint_name: &str) -> String {
+        rename(&Self::remapper(&self.load), checkpoint_name)
+    }
+}
+
+fn rename(remapper: &KeyRemapper, name: &str) -> String {
+    let mut out = name.to_string();
+    for (re, replacement) in remapper.to_regex_pairs() {
+        out = re.replace_all(&out, replacement.as_str()).into_owned();
+    }
+    out
+}
+
+/// Reads `dir/config.json` into a family's config type.
+///
+/// # Errors
+/// A missing or unreadable file, or JSON that does not fit `T`, naming the file.
+pub fn read_config<T: DeserializeOwned>(dir: &Path) -> Result<T, CheckpointError> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| CheckpointError::Io {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|e| CheckpointError::Config {
+        path,
+        message: e.to_string(),
+    })
+}
+
+/// The weights file of a checkpoint folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightsFile {
+    /// `model.safetensors`.
+    Safetensors(PathBuf),
+    /// `pytorch_model.bin`, a pickled `state_dict`.
+    Pytorch(PathBuf),
+}
+
+impl WeightsFile {
+    /// The weights file of `dir`: `model.safetensors` when present, else
+    /// `pytorch_model.bin`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::NoWeights`] when there is neither.
+    pub fn find(dir: &Path) -> Result<Self, CheckpointError> {
+        let safetensors = dir.join("model.safetensors");
+        if safetensors.is_file() {
+            return Ok(Self::Safetensors(safetensors));
+        }
+        let bin = dir.join("pytorch_model.bin");
+        if bin.is_file() {
+            return Ok(Self::Pytorch(bin));
+        }
+        Err(CheckpointError::NoWeights {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Safetensors(p) | Self::Pytorch(p) => p,
+        }
+    }
+
+    /// Every tensor of the file, by its checkpoint name. Data is read lazily.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Format`] for a file the reader rejects.
+    pub fn tensors(&self) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+        let format = |message: String| CheckpointError::Format {
+            path: self.path().to_path_buf(),
+            message,
+        };
+        if !self.path().is_file() {
+            return Err(CheckpointError::Io {
+                path: self.path().to_path_buf(),
+                message: "no such file".into(),
+            });
+        }
+        match self {
+            Self::Safetensors(p) => SafetensorsStore::from_file(p)
+                .get_all_tensors()
+                .cloned()
+                .map_err(|e| format(e.to_string())),
+            Self::Pytorch(p) => PytorchStore::from_file(p)
+                .get_all_tensors()
+                .cloned()
+                .map_err(|e| format(e.to_string())),
+        }
+    }
+}
+
+/// Loads `tensors` (by checkpoint name) into `module` through `map`.
+///
+/// Returns the checkpoint names that were loaded. Nothing is half-loaded silently: when
+/// any tensor is missing, unexpected or mis-shaped, the error lists them all.
+///
+/// # Errors
+/// [`CheckpointError::Tensors`], naming `path` (the file the tensors came from).
+pub fn load_tensors<M: Module>(
+    module: &mut M,
+    tensors: BTreeMap<String, PackTensor>,
+    map: &KeyMap,
+    path: &Path,
+) -> Result<Vec<String>, CheckpointError> {
+    let ignore: Vec<regex::Regex> = map
+        .ignore
+        .iter()
+        .map(|p| regex::Regex::new(p).expect("a family's key map has a bad regex"))
+        .collect();
+    let kept: Vec<PackTensor> = tensors
+        .into_values()
+        .filter(|t| !ignore.iter().any(|re| re.is_match(&t.name)))
+        .collect();
+    let file_shapes: BTreeMap<String, Vec<usize>> = kept
+        .iter()
+        .map(|t| (t.name.clone(), t.shape.to_vec()))
+        .collect();
+    let (renamed, names) = KeyMap::remapper(&map.load).remap(kept);
+    // module path -> checkpoint name
+    let original: BTreeMap<String, String> = names.into_iter().collect();
+    let checkpoint_name = |module_path: &str| {
+        original
+            .get(module_path)
+            .cloned()
+            .unwrap_or_else(|| map.checkpoint_name(module_path))
+    };
+    let model_shapes: BTreeMap<String, Vec<usize>> = module
+        .collect(None, None, false)
+        .into_iter()
+        .map(|t| (t.name.clone(), t.shape.to_vec()))
+        .collect();
+
+    let result = module.apply(renamed, None, Some(Box::new(PyTorchToBurnAdapter)), false);
+
+    let mut report = TensorReport::default();
+    for (module_path, _) in &result.missing {
+        let shape = model_shapes.get(module_path).cloned().unwrap_or_default();
+        report
+            .missing
+            .push((map.checkpoint_name(module_path), shape));
+    }
+    for module_path in &result.unused {
+        let name = checkpoint_name(module_path);
+        let shape = file_shapes.get(&name).cloned().unwrap_or_default();
+        report.unexpected.push((name, shape));
+    }
+    for error in &result.errors {
+        match error {
+            ApplyError::ShapeMismatch {
+                path,
+                expected,
+                found,
+            } => report
+                .mismatched
+                .push((checkpoint_name(path), expected.to_vec(), found.to_vec())),
+            other => report.other.push(other.to_string()),
+        }
+    }
+    report.missing.sort();
+    report.unexpected.sort();
+    report.mismatched.sort();
+    if report.is_empty() {
+        let applied: BTreeSet<String> = result.applied.iter().map(|p| checkpoint_name(p)).collect();
+        Ok(applied.into_iter().collect())
+    } else {
+        Err(CheckpointError::Tensors {
+            path: path.to_path_buf(),
+            report,
+        })
+    }
+}
+
+/// Loads the weights file of `dir` into `module` through `map`; see [`load_tensors`].
+///
+/// # Errors
+/// No weights file, an unreadable one, or tensors that do not fit.
+pub fn load_into<M: Module>(
+    module: &mut M,
+    dir: &Path,
+    map: &KeyMap,
+) -> Result<Vec<String>, CheckpointError> {
+    let file = WeightsFile::find(dir)?;
+    let tensors = file.tensors()?;
+    load_tensors(module, tensors, map, file.path())
+}
+
+/// Writes `module` as HF-layout safetensors at `path`, through `map.save`: `Linear`
+/// weights transposed back to `[out, in]`, norm parameters named `weight` and `bias`.
+/// The file appears whole or not at all.
+///
+/// # Errors
+/// A folder that cannot be written.
+pub fn save_safetensors<M: Module>(
+    module: &M,
+    path: &Path,
+    map: &KeyMap,
+) -> Result<(), CheckpointError> {
+    let mut store = SafetensorsStore::from_file(path)
+        .with_to_adapter(BurnToPyTorchAdapter)
+        .remap(KeyMap::remapper(&map.save))
+        .skip_enum_variants(true)
+        .metadata("format", "pt")
+        .overwrite(true);
+    module
+        .save_into(&mut store)
+        .map_err(|e| CheckpointError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+}
+
+/// Where the zoo keeps downloads and models: `$ZOO_CACHE`, else
+/// `$HOME/.cache/burn-model-zoo` (the folder `cargo xtask` fills).
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ZOO_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    Path::new(&home).join(".cache").join("burn-model-zoo")
+}

@@ -1,0 +1,353 @@
+//! HF checkpoints of the BERT family: `from_pretrained(dir)` reads `config.json` and
+//! `model.safetensors` (or `pytorch_model.bin`), `save_pretrained(dir)` writes both in HF's
+//! layout. The tensor names map to the module's paths through `zoo-core`'s [`KeyMap`],
+//! which runs on burn-store's key remapping.
+//!
+//! Both layouts load: bare (`BertModel`: `embeddings.…`, `encoder.layer.N.…`) and
+//! prefixed with `bert.` (`BertForMaskedLM`, `BertForSequenceClassification`, …). A head
+//! checkpoint loads into [`BertModel`] without its head, as in HF.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use zoo_core::checkpoint::{self, CheckpointError, KeyMap, WeightsFile};
+
+use crate::config::BertConfig;
+use crate::error::{EncoderError, Result};
+use crate::model::{
+    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
+};
+
+/// HF names to module paths, the same inside the `bert.` prefix or bare.
+const LOAD: [(&str, &str); 10] = [
+    (r"embeddings\.LayerNorm\.", "embeddings.layer_norm."),
+    (
+        r"encoder\.layer\.(\d+)\.attention\.self\.query\.",
+        "layers.${1}.attention.q_proj.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.attention\.self\.key\.",
+        "layers.${1}.attention.k_proj.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.attention\.self\.value\.",
+        "layers.${1}.attention.v_proj.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.attention\.output\.dense\.",
+        "layers.${1}.attention.o_proj.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.",
+        "layers.${1}.attention_norm.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.intermediate\.dense\.",
+        "layers.${1}.mlp.up_proj.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.output\.dense\.",
+        "layers.${1}.mlp.down_proj.",
+    ),
+    (
+        r"encoder\.layer\.(\d+)\.output\.LayerNorm\.",
+        "layers.${1}.output_norm.",
+    ),
+    (r"(^|\.)pooler\.dense\.", "${1}pooler."),
+];
+
+/// Module paths to HF names: [`LOAD`] backwards, plus the pooler and norm parameters.
+const SAVE: [(&str, &str); 12] = [
+    (r"embeddings\.layer_norm\.", "embeddings.LayerNorm."),
+    (
+        r"layers\.(\d+)\.attention\.q_proj\.",
+        "encoder.layer.${1}.attention.self.query.",
+    ),
+    (
+        r"layers\.(\d+)\.attention\.k_proj\.",
+        "encoder.layer.${1}.attention.self.key.",
+    ),
+    (
+        r"layers\.(\d+)\.attention\.v_proj\.",
+        "encoder.layer.${1}.attention.self.value.",
+    ),
+    (
+        r"layers\.(\d+)\.attention\.o_proj\.",
+        "encoder.layer.${1}.attention.output.dense.",
+    ),
+    (
+        r"layers\.(\d+)\.attention_norm\.",
+        "encoder.layer.${1}.attention.output.LayerNorm.",
+    ),
+    (
+        r"layers\.(\d+)\.mlp\.up_proj\.",
+        "encoder.layer.${1}.intermediate.dense.",
+    ),
+    (
+        r"layers\.(\d+)\.mlp\.down_proj\.",
+        "encoder.layer.${1}.output.dense.",
+    ),
+    (
+        r"layers\.(\d+)\.output_norm\.",
+        "encoder.layer.${1}.output.LayerNorm.",
+    ),
+    (r"pooler\.(weight|bias)$", "pooler.dense.${1}"),
+    (r"\.gamma$", ".weight"),
+    (r"\.beta$", ".bias"),
+];
+
+/// Which model a checkpoint is loaded into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// [`BertModel`], whose paths have no prefix.
+    Base,
+    MaskedLm,
+    SequenceClassification,
+    TokenClassification,
+}
+
+impl Target {
+    fn architecture(self) -> &'static str {
+        match self {
+            Self::Base => "BertModel",
+            Self::MaskedLm => "BertForMaskedLM",
+            Self::SequenceClassification => "BertForSequenceClassification",
+            Self::TokenClassification => "BertForTokenClassification",
+        }
+    }
+
+    fn key_map(self) -> KeyMap {
+        let mut map = KeyMap::new().ignore(r"(^|\.)position_ids$");
+        // The layout: a bare checkpoint into a head model, or a prefixed one into the base.
+        map.load.push(match self {
+            Self::Base => (r"^bert\.".into(), String::new()),
+            _ => (
+                r"^(embeddings|encoder|pooler)\.".into(),
+                "bert.${1}.".into(),
+            ),
+        });
+        for (from, to) in LOAD {
+            map.load.push((from.into(), to.into()));
+        }
+        for (from, to) in SAVE {
+            map.save.push((from.into(), to.into()));
+        }
+        match self {
+            Self::Base => map.ignore(r"^cls\.").ignore(r"^classifier\."),
+            Self::MaskedLm => map
+                .rename(
+                    (r"^cls\.predictions\.transform\.dense\.", "transform."),
+                    (r"^transform\.", "cls.predictions.transform.dense."),
+                )
+                .rename(
+                    (
+                        r"^cls\.predictions\.transform\.LayerNorm\.",
+                        "transform_norm.",
+                    ),
+                    (r"^transform_norm\.", "cls.predictions.transform.LayerNorm."),
+                )
+                .rename(
+                    (r"^cls\.predictions\.bias$", "decoder_bias"),
+                    (r"^decoder_bias$", "cls.predictions.bias"),
+                )
+                // The decoder is tied to the word embeddings; NSP is another task.
+                .ignore(r"^cls\.predictions\.decoder\.")
+                .ignore(r"^cls\.seq_relationship\.")
+                .ignore(r"^(bert\.)?pooler\."),
+            Self::SequenceClassification => map.ignore(r"^cls\."),
+            Self::TokenClassification => map.ignore(r"^cls\.").ignore(r"^(bert\.)?pooler\."),
+        }
+    }
+}
+
+/// `dir/config.json`, validated, with the file named in any error.
+fn read_config(dir: &Path) -> Result<BertConfig> {
+    let cfg: BertConfig = checkpoint::read_config(dir)?;
+    cfg.validate().map_err(|e| CheckpointError::Config {
+        path: dir.join("config.json"),
+        message: e.to_string(),
+    })?;
+    Ok(cfg)
+}
+
+/// The class count of a classification checkpoint, from its `id2label`.
+fn num_labels(cfg: &BertConfig, dir: &Path) -> Result<usize> {
+    let n = cfg.labels().len();
+    if n == 0 {
+        return Err(CheckpointError::Config {
+            path: dir.join("config.json"),
+            message: "a classification checkpoint needs id2label to size its classifier".into(),
+        }
+        .into());
+    }
+    Ok(n)
+}
+
+fn load<M: Module>(mut model: M, dir: &Path, target: Target) -> Result<M> {
+    checkpoint::load_into(&mut model, dir, &target.key_map())?;
+    Ok(model)
+}
+
+/// Writes `config.json` (with `model_type` and `architectures`) and `model.safetensors`.
+/// A classifier of `num_labels` classes whose config names none gets HF's `LABEL_i`.
+fn save<M: Module>(
+    model: &M,
+    cfg: &BertConfig,
+    num_labels: Option<usize>,
+    dir: &Path,
+    target: Target,
+) -> Result<()> {
+    let mut cfg = cfg.clone();
+    if let Some(n) = num_labels
+        && cfg.labels().len() != n
+    {
+        cfg.id2label = Some(
+            (0..n)
+                .map(|i| (i.to_string(), format!("LABEL_{i}")))
+                .collect(),
+        );
+    }
+    let io = |path: &Path, e: std::io::Error| CheckpointError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let mut json = serde_json::to_value(&cfg).map_err(|e| EncoderError::Config(e.to_string()))?;
+    if let Some(obj) = json.as_object_mut() {
+        obj.insert("model_type".into(), "bert".into());
+        obj.insert("architectures".into(), vec![target.architecture()].into());
+    }
+    let text =
+        serde_json::to_string_pretty(&json).map_err(|e| EncoderError::Config(e.to_string()))?;
+    checkpoint::save_safetensors(model, &dir.join("model.safetensors"), &target.key_map())?;
+    // Written next to its final name, then renamed: a crash leaves the old file or none.
+    let path = dir.join("config.json");
+    let partial = dir.join(".config.json.partial");
+    std::fs::write(&partial, text).map_err(|e| io(&partial, e))?;
+    std::fs::rename(&partial, &path).map_err(|e| io(&path, e))?;
+    Ok(())
+}
+
+/// Whether the checkpoint in `dir` has pooler weights (bare or prefixed).
+fn has_pooler(dir: &Path) -> Result<bool> {
+    let tensors = WeightsFile::find(dir)?.tensors()?;
+    Ok(tensors
+        .keys()
+        .any(|k| k == "pooler.dense.weight" || k == "bert.pooler.dense.weight"))
+}
+
+impl BertModel {
+    /// Loads an HF BERT checkpoint folder (`config.json` and `model.safetensors` or
+    /// `pytorch_model.bin`), bare or from a head model, whose head is left out. The pooler
+    /// is built when the checkpoint has one.
+    ///
+    /// # Errors
+    /// A missing or invalid `config.json`, no weights file, or tensors that do not fit,
+    /// all of them named with their shapes.
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = read_config(dir)?;
+        load(cfg.init(has_pooler(dir)?, device)?, dir, Target::Base)
+    }
+
+    /// Writes the model as an HF `BertModel` checkpoint folder.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        save(self, self.config(), None, dir.as_ref(), Target::Base)
+    }
+}
+
+impl BertForMaskedLm {
+    /// Loads an HF `BertForMaskedLM` (or `BertForPreTraining`) checkpoint folder.
+    ///
+    /// # Errors
+    /// As [`BertModel::from_pretrained`]; a checkpoint without the masked-LM head has
+    /// its head tensors reported missing.
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = read_config(dir)?;
+        load(Self::new(&cfg, device)?, dir, Target::MaskedLm)
+    }
+
+    /// Writes the model as an HF `BertForMaskedLM` checkpoint folder. The decoder weight
+    /// is tied to the word embeddings and is not written, as HF does.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        save(
+            self,
+            self.bert.config(),
+            None,
+            dir.as_ref(),
+            Target::MaskedLm,
+        )
+    }
+}
+
+impl BertForSequenceClassification {
+    /// Loads an HF `BertForSequenceClassification` checkpoint folder; the class count
+    /// and names come from its `id2label`.
+    ///
+    /// # Errors
+    /// As [`BertModel::from_pretrained`], and a `config.json` without `id2label`.
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = read_config(dir)?;
+        let n = num_labels(&cfg, dir)?;
+        load(
+            Self::new(&cfg, n, device)?,
+            dir,
+            Target::SequenceClassification,
+        )
+    }
+
+    /// Writes the model as an HF `BertForSequenceClassification` checkpoint folder.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        save(
+            self,
+            self.bert.config(),
+            Some(self.classifier.weight.dims()[1]),
+            dir.as_ref(),
+            Target::SequenceClassification,
+        )
+    }
+}
+
+impl BertForTokenClassification {
+    /// Loads an HF `BertForTokenClassification` checkpoint folder; the class count comes
+    /// from its `id2label`.
+    ///
+    /// # Errors
+    /// As [`BertForSequenceClassification::from_pretrained`].
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = read_config(dir)?;
+        let n = num_labels(&cfg, dir)?;
+        load(
+            Self::new(&cfg, n, device)?,
+            dir,
+            Target::TokenClassification,
+        )
+    }
+
+    /// Writes the model as an HF `BertForTokenClassification` checkpoint folder.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        save(
+            self,
+            self.bert.config(),
+            Some(self.classifier.weight.dims()[1]),
+            dir.as_ref(),
+            Target::TokenClassification,
+        )
+    }
+}

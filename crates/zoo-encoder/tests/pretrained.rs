@@ -1,0 +1,396 @@
+//! HF checkpoints against `transformers`: tiny random-weight BERT models written by
+//! `cargo xtask fixtures` (5 heads of 8, eps 1e-12, a padded batch with two segments),
+//! with `transformers`' outputs on the same inputs. Outputs agree within 1e-4 on the
+//! backend under test. Then saving, and the errors of checkpoints that do not fit.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use serde::Deserialize;
+use zoo_core::{CheckpointError, KeyMap, WeightsFile};
+use zoo_device::test_device;
+use zoo_device::testing::{floats, max_abs_diff_slices};
+use zoo_encoder::{
+    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
+    EncoderError, EncoderInput,
+};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+#[derive(Deserialize)]
+struct Output {
+    shape: Vec<usize>,
+    values: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct Expected {
+    input_ids: Vec<Vec<i64>>,
+    token_type_ids: Vec<Vec<i64>>,
+    attention_mask: Vec<Vec<i64>>,
+    last_hidden_state: Option<Output>,
+    pooler_output: Option<Output>,
+    logits: Option<Output>,
+}
+
+fn expected(name: &str) -> Expected {
+    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
+    let (b, t) = (rows.len(), rows[0].len());
+    let flat: Vec<i64> = rows.concat();
+    Tensor::from_data(TensorData::new(flat, [b, t]), device)
+}
+
+fn input(e: &Expected, device: &Device) -> EncoderInput {
+    let pad: Vec<bool> = e.attention_mask.concat().iter().map(|m| *m == 0).collect();
+    let (b, t) = (e.input_ids.len(), e.input_ids[0].len());
+    EncoderInput::new(ints(&e.input_ids, device))
+        .token_types(ints(&e.token_type_ids, device))
+        .padding(Tensor::<2, Bool>::from_data(
+            TensorData::new(pad, [b, t]),
+            device,
+        ))
+}
+
+fn assert_matches<const D: usize>(what: &str, got: Tensor<D>, want: &Output) {
+    assert_eq!(got.dims().to_vec(), want.shape, "{what} shape");
+    let diff = max_abs_diff_slices(&floats(got), &want.values);
+    assert!(
+        diff <= 1e-4,
+        "{what}: max abs diff {diff} against transformers"
+    );
+}
+
+#[test]
+fn bert_model_matches_transformers() {
+    let device = test_device();
+    let e = expected("bert-tiny");
+    let model = BertModel::from_pretrained(fixture("bert-tiny"), &device).unwrap();
+    let out = model.forward(input(&e, &device)).unwrap();
+    assert_matches(
+        "last_hidden_state",
+        out.hidden,
+        e.last_hidden_state.as_ref().unwrap(),
+    );
+    assert_matches(
+        "pooler_output",
+        out.pooled.expect("the checkpoint has a pooler"),
+        e.pooler_output.as_ref().unwrap(),
+    );
+}
+
+#[test]
+fn pytorch_model_bin_loads_the_same_weights() {
+    let device = test_device();
+    let e = expected("bert-tiny");
+    // The folder holds both files and safetensors wins, so read the pickle directly.
+    let bin = WeightsFile::Pytorch(fixture("bert-tiny").join("pytorch_model.bin"));
+    let safetensors = WeightsFile::Safetensors(fixture("bert-tiny").join("model.safetensors"));
+    let from_bin = bin.tensors().unwrap();
+    let from_st = safetensors.tensors().unwrap();
+    assert_eq!(
+        from_bin.keys().collect::<Vec<_>>(),
+        from_st.keys().collect::<Vec<_>>()
+    );
+    for (name, t) in &from_bin {
+        assert_eq!(
+            t.to_bytes().unwrap().to_vec(),
+            from_st[name].to_bytes().unwrap().to_vec(),
+            "{name}"
+        );
+    }
+    // And through the loader: a folder with only the pickle.
+    let dir = tempdir("bin-only");
+    std::fs::copy(fixture("bert-tiny/config.json"), dir.join("config.json")).unwrap();
+    std::fs::copy(
+        fixture("bert-tiny/pytorch_model.bin"),
+        dir.join("pytorch_model.bin"),
+    )
+    .unwrap();
+    let model = BertModel::from_pretrained(&dir, &device).unwrap();
+    let out = model.forward(input(&e, &device)).unwrap();
+    assert_matches(
+        "last_hidden_state (pytorch_model.bin)",
+        out.hidden,
+        e.last_hidden_state.as_ref().unwrap(),
+    );
+}
+
+#[test]
+fn masked_lm_matches_transformers() {
+    let device = test_device();
+    let e = expected("bert-tiny-mlm");
+    let model = BertForMaskedLm::from_pretrained(fixture("bert-tiny-mlm"), &device).unwrap();
+    let logits = model.forward(input(&e, &device)).unwrap();
+    assert_matches("masked-LM logits", logits, e.logits.as_ref().unwrap());
+}
+
+#[test]
+fn sequence_classification_matches_transformers() {
+    let device = test_device();
+    let e = expected("bert-tiny-cls");
+    let model =
+        BertForSequenceClassification::from_pretrained(fixture("bert-tiny-cls"), &device).unwrap();
+    assert_eq!(
+        model.bert.config().labels(),
+        ["comedy", "history", "tragedy"]
+    );
+    let logits = model.forward(input(&e, &device)).unwrap();
+    assert_matches("classification logits", logits, e.logits.as_ref().unwrap());
+}
+
+#[test]
+fn a_head_checkpoint_loads_into_the_bare_model_without_its_head() {
+    let device = test_device();
+    let e = expected("bert-tiny-mlm");
+    let base = BertModel::from_pretrained(fixture("bert-tiny-mlm"), &device).unwrap();
+    assert!(base.pooler.is_none(), "the MLM checkpoint has no pooler");
+    let mlm = BertForMaskedLm::from_pretrained(fixture("bert-tiny-mlm"), &device).unwrap();
+    let a = base.forward(input(&e, &device)).unwrap().hidden;
+    let b = mlm.bert.forward(input(&e, &device)).unwrap().hidden;
+    assert_eq!(floats(a), floats(b));
+    // The prefixed classification checkpoint keeps its pooler in the bare model.
+    let base = BertModel::from_pretrained(fixture("bert-tiny-cls"), &device).unwrap();
+    assert!(base.pooler.is_some());
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "zoo-encoder-{}-{}-{name}",
+        std::process::id(),
+        zoo_device::test_backend()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tensors_of(dir: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
+    WeightsFile::find(dir)
+        .unwrap()
+        .tensors()
+        .unwrap()
+        .into_iter()
+        .map(|(name, t)| {
+            let shape = t.shape.to_vec();
+            (name, shape, t.to_bytes().unwrap().to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn saving_writes_hf_layout_that_loads_back_bit_for_bit() {
+    let device = test_device();
+    for (name, save) in [
+        (
+            "bert-tiny",
+            Box::new(|dir: &Path, device: &Device| {
+                BertModel::from_pretrained(fixture("bert-tiny"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }) as Box<dyn Fn(&Path, &Device)>,
+        ),
+        (
+            "bert-tiny-mlm",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForMaskedLm::from_pretrained(fixture("bert-tiny-mlm"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+        (
+            "bert-tiny-cls",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForSequenceClassification::from_pretrained(fixture("bert-tiny-cls"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+    ] {
+        let dir = tempdir(&format!("save-{name}"));
+        save(&dir, &device);
+        // Every tensor of HF's file, under HF's name and shape, with the same bytes.
+        assert_eq!(tensors_of(&dir), tensors_of(&fixture(name)), "{name}");
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        let original: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixture(name).join("config.json")).unwrap(),
+        )
+        .unwrap();
+        for key in [
+            "architectures",
+            "model_type",
+            "hidden_size",
+            "num_attention_heads",
+            "layer_norm_eps",
+            "id2label",
+        ] {
+            assert_eq!(config.get(key), original.get(key), "{name}: {key}");
+        }
+        assert!(
+            !dir.join(".config.json.partial").exists(),
+            "no partial file is left"
+        );
+    }
+    // A classifier built without names saves HF's default ones, so it loads back.
+    let cfg = zoo_encoder::BertConfig::new(30, 16, 1, 2, 32);
+    let dir = tempdir("token-cls");
+    BertForTokenClassification::new(&cfg, 4, &device)
+        .unwrap()
+        .save_pretrained(&dir)
+        .unwrap();
+    let back = BertForTokenClassification::from_pretrained(&dir, &device).unwrap();
+    assert_eq!(
+        back.bert.config().labels(),
+        ["LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3"]
+    );
+}
+
+fn tensors_error(e: EncoderError) -> zoo_core::TensorReport {
+    match e {
+        EncoderError::Checkpoint(CheckpointError::Tensors { report, .. }) => report,
+        other => panic!("expected a tensor report, got {other}"),
+    }
+}
+
+#[test]
+fn a_checkpoint_that_does_not_fit_names_every_tensor_with_its_shapes() {
+    let device = test_device();
+    // A bare checkpoint has no classifier: missing, with the shape the model expects.
+    let dir = tempdir("no-head");
+    std::fs::copy(
+        fixture("bert-tiny/model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixture("bert-tiny-cls/config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
+    let e = BertForSequenceClassification::from_pretrained(&dir, &device).unwrap_err();
+    let text = e.to_string();
+    let report = tensors_error(e);
+    assert_eq!(
+        report.missing,
+        [
+            ("classifier.bias".to_string(), vec![3]),
+            ("classifier.weight".to_string(), vec![40, 3])
+        ]
+    );
+    assert!(report.unexpected.is_empty() && report.mismatched.is_empty());
+    assert!(
+        text.contains("missing:    classifier.weight [40, 3]"),
+        "{text}"
+    );
+
+    // A config that disagrees with the weights: every mis-shaped tensor at once.
+    let dir = tempdir("wrong-shape");
+    std::fs::copy(
+        fixture("bert-tiny/model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(fixture("bert-tiny/config.json"))
+        .unwrap()
+        .replace("\"intermediate_size\": 56", "\"intermediate_size\": 64");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let report = tensors_error(BertModel::from_pretrained(&dir, &device).unwrap_err());
+    let names: Vec<&str> = report.mismatched.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "encoder.layer.0.intermediate.dense.bias",
+            "encoder.layer.0.intermediate.dense.weight",
+            "encoder.layer.0.output.dense.weight",
+            "encoder.layer.1.intermediate.dense.bias",
+            "encoder.layer.1.intermediate.dense.weight",
+            "encoder.layer.1.output.dense.weight",
+        ]
+    );
+    let (_, model, file) = &report.mismatched[1];
+    assert_eq!(
+        (model.as_slice(), file.as_slice()),
+        ([40, 64].as_slice(), [40, 56].as_slice())
+    );
+
+    // Fewer layers in the config than in the file: the extra layer is unexpected.
+    let config = std::fs::read_to_string(fixture("bert-tiny/config.json"))
+        .unwrap()
+        .replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let report = tensors_error(BertModel::from_pretrained(&dir, &device).unwrap_err());
+    assert_eq!(report.unexpected.len(), 16, "{:?}", report.unexpected);
+    assert!(
+        report.unexpected.contains(&(
+            "encoder.layer.1.attention.self.query.weight".into(),
+            vec![40, 40]
+        )),
+        "{:?}",
+        report.unexpected
+    );
+    assert!(report.missing.is_empty());
+}
+
+#[test]
+fn bad_folders_and_configs_are_errors_naming_the_file() {
+    let device = test_device();
+    let dir = tempdir("empty");
+    let e = BertModel::from_pretrained(&dir, &device).unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("config.json: No such file or directory (os error 2)"),
+        "{e}"
+    );
+    std::fs::copy(fixture("bert-tiny/config.json"), dir.join("config.json")).unwrap();
+    let e = BertModel::from_pretrained(&dir, &device).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{} has neither model.safetensors nor pytorch_model.bin",
+            dir.display()
+        )
+    );
+    std::fs::write(dir.join("model.safetensors"), b"not a checkpoint").unwrap();
+    let e = BertModel::from_pretrained(&dir, &device).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("model.safetensors: not a readable checkpoint"),
+        "{e}"
+    );
+    let config = std::fs::read_to_string(fixture("bert-tiny/config.json"))
+        .unwrap()
+        .replace("\"num_attention_heads\": 5", "\"num_attention_heads\": 6");
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let e = BertModel::from_pretrained(&dir, &device).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: invalid BERT config: hidden_size 40 is not divisible by num_attention_heads 6",
+            dir.join("config.json").display()
+        )
+    );
+    // A classification config without labels cannot size its classifier.
+    let dir = tempdir("no-labels");
+    std::fs::copy(fixture("bert-tiny/config.json"), dir.join("config.json")).unwrap();
+    let e = BertForSequenceClassification::from_pretrained(&dir, &device).unwrap_err();
+    assert!(e.to_string().contains("needs id2label"), "{e}");
+}
+
+#[test]
+fn key_maps_name_tensors_both_ways() {
+    let map = KeyMap::new().rename((r"^a\.", "x."), (r"^x\.", "a."));
+    assert_eq!(map.module_path("a.b"), "x.b");
+    assert_eq!(map.checkpoint_name("x.b"), "a.b");
+}

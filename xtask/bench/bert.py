@@ -1,0 +1,35 @@
+"""PyTorch counterpart of zoo-bench's `bert` binary: HF `transformers` BertModel
+(bert-base-uncased's configuration, random weights, no pooler, eval mode, no grad) on
+token ids of BATCH x LEN; one warm-up, then the median of RUNS forward passes.
+
+Usage: python bert.py [--batch 8] [--len 128] [--runs 5] [--threads 2]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import BertConfig, BertModel
+
+p = argparse.ArgumentParser()
+p.add_argument("--batch", type=int, default=8)
+p.add_argument("--len", type=int, default=128)
+p.add_argument("--runs", type=int, default=5)
+p.add_argument("--threads", type=int, default=2)
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+torch.manual_seed(0)
+model = BertModel(BertConfig(), add_pooling_layer=False).eval()
+ids = (torch.arange(a.batch * a.len) * 7919 % 30000 + 1000).reshape(a.batch, a.len)
+times = []
+with torch.inference_mode():
+    model(input_ids=ids)
+    for _ in range(a.runs):
+        t = time.perf_counter()
+        model(input_ids=ids)
+        times.append(time.perf_counter() - t)
+print(
+    f"bert-base forward {a.batch}x{a.len} on torch {torch.__version__} "
+    f"({a.threads} threads): {1e3 * statistics.median(times):.1f} ms (median of {a.runs})"
+)

@@ -1,6 +1,8 @@
 //! Shared parts of the zoo's example programs: the `--device` flag, the names pipeline
 //! (used by the `names` example and its learning test) and small language-model helpers.
 
+pub mod globe;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,74 @@
+//! Times BERT-base (`bert_base_uncased()`, random weights, no pooler) forward on token
+//! ids of `--batch` x `--len`, in inference mode: one warm-up, then the median of `--runs`.
+//! Its PyTorch counterpart is `xtask/bench/bert.py` (HF `transformers` `BertModel`), run
+//! with the same shapes and thread count.
+//!
+//! `cargo xtask bench bert [--batch 8] [--len 128] [--runs 5] [--threads 2] [--device flex]`
+
+use burn::tensor::{Int, Tensor, TensorData};
+use clap::Parser;
+use clap::builder::RangedU64ValueParser;
+use zoo_bench::median_time;
+use zoo_encoder::{BertConfig, EncoderInput};
+
+/// Times BERT-base forward.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Rows per batch.
+    #[arg(long, default_value_t = 8, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    batch: usize,
+    /// Tokens per row (at most 512).
+    #[arg(long, default_value_t = 128, value_parser = RangedU64ValueParser::<usize>::new().range(1..=512))]
+    len: usize,
+    /// Timed runs; the median is printed.
+    #[arg(long, default_value_t = 5, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    runs: usize,
+    /// Threads of flex's pool; all cores when absent.
+    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    threads: Option<usize>,
+    /// Backend.
+    #[arg(long, default_value = "flex")]
+    device: String,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Some(threads) = args.threads
+        && let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+    {
+        eprintln!("error: cannot run on {threads} threads: {e}");
+        std::process::exit(2);
+    }
+    let device = zoo_device::select_by_name(&args.device).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    });
+    let mut cfg = BertConfig::bert_base_uncased();
+    cfg.hidden_dropout_prob = 0.0;
+    cfg.attention_probs_dropout_prob = 0.0;
+    device.seed(0);
+    let model = cfg.init(false, &device).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    });
+    let (b, t) = (args.batch, args.len);
+    let ids: Vec<i64> = (0..b * t)
+        .map(|i| ((i * 7919) % 30000 + 1000) as i64)
+        .collect();
+    let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, t]), &device);
+    let time = median_time(args.runs, true, || {
+        let out = model
+            .forward(EncoderInput::new(tokens.clone()))
+            .expect("a valid input");
+        // Reading a value back waits for the backend to finish.
+        let _ = out.hidden.slice([0..1, 0..1, 0..1]).into_data();
+    });
+    println!(
+        "bert-base forward {b}x{t} on {}: {:.1} ms (median of {})",
+        args.device,
+        time.as_secs_f64() * 1e3,
+        args.runs
+    );
+}

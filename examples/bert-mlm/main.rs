@@ -8,7 +8,7 @@
 //!
 //! ```sh
 //! cargo run --release --example bert-mlm
-//! cargo run --release --example bert-mlm -- --steps 3000 --overwrite
+//! cargo run --release --example bert-mlm -- --steps 3000 --eval-every 500 --overwrite
 //! ```
 
 use std::collections::HashMap;
@@ -25,7 +25,9 @@ use zoo_encoder::tokenizer::SPECIAL_TOKENS;
 use zoo_encoder::{
     BertConfig, BertForMaskedLm, BertTokenizer, EncoderInput, Encoding, MaskingConfig, mask_tokens,
 };
-use zoo_examples::{Error, device_or_exit, globe, or_exit_on_earlier_run};
+use zoo_examples::{
+    Error, device_or_exit, exit_on_error, globe, or_exit_on_earlier_run, require_positive,
+};
 use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
 
 #[derive(Parser, Debug)]
@@ -35,10 +37,10 @@ struct Args {
     #[arg(long, default_value = "flex")]
     device: String,
     /// Optimiser steps.
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 800)]
     steps: usize,
     /// Steps between validations (divides --steps).
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 200)]
     eval_every: usize,
     /// Passages per batch.
     #[arg(long, default_value_t = 32)]
@@ -136,22 +138,15 @@ fn fill(
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
+    exit_on_error(run(Args::parse()));
 }
 
 fn run(args: Args) -> Result<(), Error> {
-    for (name, v) in [
+    require_positive(&[
         ("steps", args.steps),
         ("batch", args.batch),
         ("eval-every", args.eval_every),
-    ] {
-        if v == 0 {
-            return Err(format!("--{name} must be > 0, got 0").into());
-        }
-    }
+    ])?;
     let device = device_or_exit(&args.device);
     let started = Instant::now();
 

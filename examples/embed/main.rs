@@ -14,7 +14,7 @@ use std::time::Instant;
 use burn::tensor::Tensor;
 use clap::Parser;
 use zoo_encoder::SentenceEncoder;
-use zoo_examples::{Error, device_or_exit};
+use zoo_examples::{Error, device_or_exit, exit_on_error, require_positive};
 
 #[derive(Parser, Debug)]
 #[command(about = "MiniLM sentence embeddings: a similarity matrix and a semantic search")]
@@ -66,16 +66,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
+    exit_on_error(run(Args::parse()));
 }
 
 fn run(args: Args) -> Result<(), Error> {
-    if args.top == 0 {
-        return Err("--top must be > 0, got 0".into());
-    }
+    require_positive(&[("top", args.top)])?;
     let device = device_or_exit(&args.device);
     let dir = args
         .model

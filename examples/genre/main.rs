@@ -22,7 +22,9 @@ use zoo_core::ClassificationBatch;
 use zoo_encoder::{
     BertConfig, BertForSequenceClassification, BertModel, BertTokenizer, EncoderInput, Encoding,
 };
-use zoo_examples::{Error, device_or_exit, globe, or_exit_on_earlier_run};
+use zoo_examples::{
+    Error, device_or_exit, exit_on_error, globe, or_exit_on_earlier_run, require_positive,
+};
 use zoo_train::{ClassificationTask, FitOptions, TrainConfig, fit};
 
 #[derive(Parser, Debug)]
@@ -41,6 +43,9 @@ struct Args {
     /// Passages per batch.
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Training passages per play at most, spread evenly over the play (0: all).
+    #[arg(long, default_value_t = 150)]
+    per_play: usize,
     /// Longest passage in tokens.
     #[arg(long, default_value_t = 64)]
     max_len: usize,
@@ -86,14 +91,22 @@ impl Batcher<Item, ClassificationBatch<EncoderInput>> for GenreBatcher {
     }
 }
 
+/// The passages of `plays`, at most `per_play` of each (every k-th), 0 meaning all.
 fn items(
     tok: &BertTokenizer,
     plays: &[(String, usize)],
     max_len: usize,
+    per_play: usize,
 ) -> Result<Vec<Item>, Error> {
     let mut out = Vec::new();
     for (play, label) in plays {
-        for passage in globe::passages(tok, &globe::lines(play)?, max_len)? {
+        let all = globe::passages(tok, &globe::lines(play)?, max_len)?;
+        let stride = if per_play == 0 {
+            1
+        } else {
+            all.len().div_ceil(per_play).max(1)
+        };
+        for passage in all.into_iter().step_by(stride) {
             out.push(Item {
                 passage,
                 label: *label,
@@ -104,18 +117,11 @@ fn items(
 }
 
 fn main() {
-    if let Err(e) = run(Args::parse()) {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
+    exit_on_error(run(Args::parse()));
 }
 
 fn run(args: Args) -> Result<(), Error> {
-    for (name, v) in [("epochs", args.epochs), ("batch", args.batch)] {
-        if v == 0 {
-            return Err(format!("--{name} must be > 0, got 0").into());
-        }
-    }
+    require_positive(&[("epochs", args.epochs), ("batch", args.batch)])?;
     let device = device_or_exit(&args.device);
     let started = Instant::now();
 
@@ -172,9 +178,9 @@ fn run(args: Args) -> Result<(), Error> {
             BertForSequenceClassification::new(&cfg, GENRES.len(), &ad)?,
         )
     };
-    let train_items = items(&tok, &train, args.max_len)?;
-    let valid_items = items(&tok, &valid, args.max_len)?;
-    let test_items = items(&tok, &test, args.max_len)?;
+    let train_items = items(&tok, &train, args.max_len, args.per_play)?;
+    let valid_items = items(&tok, &valid, args.max_len, 0)?;
+    let test_items = items(&tok, &test, args.max_len, 0)?;
     println!(
         "passages of at most {} tokens: {} train, {} valid, {} test; {} parameters",
         args.max_len,

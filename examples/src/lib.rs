@@ -35,6 +35,25 @@ pub fn or_exit_on_earlier_run<T>(result: Result<T, Error>, flags: &str) -> Resul
     }
 }
 
+/// Ends an example: on an error, prints it as `error: <message>` and exits with status 1.
+pub fn exit_on_error(result: Result<(), Error>) {
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `Err("--<name> must be > 0, got 0")` for the first count that is zero.
+///
+/// # Errors
+/// That first zero.
+pub fn require_positive(counts: &[(&str, usize)]) -> Result<(), Error> {
+    match counts.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(format!("--{name} must be > 0, got 0").into()),
+        None => Ok(()),
+    }
+}
+
 /// Turns `--device NAME` into a device, or prints one line naming the problem (and the
 /// feature to enable) and exits with status 2.
 pub fn device_or_exit(name: &str) -> Device {

@@ -69,7 +69,8 @@ tasks:
   fixtures              regenerate the committed reference outputs with Python
                         transformers and sentence-transformers (installed in the venv)
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
-                        (attention: [--lengths 128,512] [--threads N])
+                        (attention: [--lengths 128,512] [--threads N];
+                        bert: [--batch 8] [--len 128] [--runs 5] [--threads N])
   help                  print this message
 
 environment:

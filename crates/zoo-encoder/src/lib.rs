@@ -9,6 +9,15 @@
 //!   layers are composed here from `zoo-attention`'s parts, and the pooler;
 //! - heads: [`BertForMaskedLm`] (the transform and a decoder tied to the word embeddings),
 //!   [`BertForSequenceClassification`], [`BertForTokenClassification`];
+//! - [`pretrained`]: `from_pretrained(dir)` / `save_pretrained(dir)` for HF checkpoints
+//!   (`config.json` with `model.safetensors` or `pytorch_model.bin`, bare `BertModel` keys or
+//!   `bert.`-prefixed head keys), through `zoo-core`'s shared loader, which names every
+//!   missing, unexpected and mis-shaped tensor;
+//! - [`tokenizer`]: BERT's WordPiece tokenizer through the `tokenizers` crate, loaded from a
+//!   `tokenizer.json`, built from a `vocab.txt` or trained on a corpus, with pairs, padding
+//!   and truncation;
+//! - [`sentence`]: sentence-transformers folders (`modules.json`, pooling, normalization);
+//! - [`mlm`]: BERT's masked-LM recipe, as batches for `zoo-train`'s language-model task;
 //! - `zoo-core`'s traits: masked-LM logits ([`zoo_core::TokenLogits`]), classification
 //!   ([`zoo_core::ClassLogits`]) and mean-pooled sentence embeddings
 //!   ([`zoo_core::SentenceEmbedding`]).

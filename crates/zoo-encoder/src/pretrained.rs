@@ -184,6 +184,18 @@ fn num_labels(cfg: &BertConfig, dir: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// A classification head model sized by the checkpoint's `id2label`, then loaded.
+fn load_classifier<M: Module>(
+    dir: &Path,
+    device: &Device,
+    target: Target,
+    build: fn(&BertConfig, usize, &Device) -> Result<M>,
+) -> Result<M> {
+    let cfg = read_config(dir)?;
+    let n = num_labels(&cfg, dir)?;
+    load(build(&cfg, n, device)?, dir, target)
+}
+
 fn load<M: Module>(mut model: M, dir: &Path, target: Target) -> Result<M> {
     checkpoint::load_into(&mut model, dir, &target.key_map())?;
     Ok(model)
@@ -295,13 +307,11 @@ impl BertForSequenceClassification {
     /// # Errors
     /// As [`BertModel::from_pretrained`], and a `config.json` without `id2label`.
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
-        let dir = dir.as_ref();
-        let cfg = read_config(dir)?;
-        let n = num_labels(&cfg, dir)?;
-        load(
-            Self::new(&cfg, n, device)?,
-            dir,
+        load_classifier(
+            dir.as_ref(),
+            device,
             Target::SequenceClassification,
+            Self::new,
         )
     }
 
@@ -327,14 +337,7 @@ impl BertForTokenClassification {
     /// # Errors
     /// As [`BertForSequenceClassification::from_pretrained`].
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
-        let dir = dir.as_ref();
-        let cfg = read_config(dir)?;
-        let n = num_labels(&cfg, dir)?;
-        load(
-            Self::new(&cfg, n, device)?,
-            dir,
-            Target::TokenClassification,
-        )
+        load_classifier(dir.as_ref(), device, Target::TokenClassification, Self::new)
     }
 
     /// Writes the model as an HF `BertForTokenClassification` checkpoint folder.

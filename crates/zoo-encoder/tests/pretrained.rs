@@ -86,6 +86,27 @@ fn bert_model_matches_transformers() {
     );
 }
 
+/// Negative controls: the inputs the fixtures exercise move the output far beyond the
+/// 1e-4 tolerance, so the parity tests above would catch a dropped token type or mask.
+#[test]
+fn token_types_and_the_padding_mask_each_move_the_output_beyond_the_tolerance() {
+    let device = test_device();
+    let e = expected("bert-tiny");
+    let want = &e.last_hidden_state.as_ref().unwrap().values;
+    let model = BertModel::from_pretrained(fixture("bert-tiny"), &device).unwrap();
+    let full = input(&e, &device);
+    let no_types = EncoderInput::new(full.tokens.clone()).padding(full.padding.clone().unwrap());
+    let got = floats(model.forward(no_types).unwrap().hidden);
+    assert!(max_abs_diff_slices(&got, want) > 1e-2, "token types matter");
+    let no_mask =
+        EncoderInput::new(full.tokens.clone()).token_types(full.token_types.clone().unwrap());
+    let got = floats(model.forward(no_mask).unwrap().hidden);
+    assert!(
+        max_abs_diff_slices(&got, want) > 1e-2,
+        "the padding mask matters"
+    );
+}
+
 #[test]
 fn pytorch_model_bin_loads_the_same_weights() {
     let device = test_device();

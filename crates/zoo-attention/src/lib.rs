@@ -30,8 +30,8 @@ pub mod position;
 pub mod sdpa;
 
 pub use block::{
-    BlockInput, BlockOutput, FeedForward, FeedForwardConfig, FfnActivation, Norm, NormKind,
-    NormPlacement, TransformerBlock, TransformerBlockConfig,
+    BlockInput, BlockOutput, FeedForward, FeedForwardConfig, FfnActivation, HiddenAct, Norm,
+    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use error::{AttentionError, Result};

@@ -101,3 +101,21 @@ pub fn median_time(runs: usize, warmup: bool, mut f: impl FnMut()) -> Duration {
     times.sort();
     times[times.len() / 2]
 }
+
+/// The start of every bench program: sizes flex's thread pool (all cores when `threads`
+/// is `None`) and opens the backend named `device`. On a failure it prints
+/// `error: <why>` and exits with status 2.
+pub fn start(threads: Option<usize>, device: &str) -> burn::tensor::Device {
+    if let Some(threads) = threads
+        && let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+    {
+        eprintln!("error: cannot run on {threads} threads: {e}");
+        std::process::exit(2);
+    }
+    zoo_device::select_by_name(device).unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    })
+}

@@ -12,7 +12,13 @@
 //! - [`load_into`]: burn-store's key remapping and its PyTorch adapter (which transposes
 //!   `Linear` weights and renames norm parameters), then one report of *every* missing,
 //!   unexpected and mis-shaped tensor, by name and shape ([`TensorReport`]);
-//! - [`save_safetensors`]: the same mapping backwards, written atomically.
+//! - [`save_safetensors`]: the same mapping backwards, written atomically;
+//! - [`write_config`] and [`class_names`]: `config.json` with HF's `model_type`,
+//!   `architectures` and `id2label`.
+//!
+//! Module paths never name an enum's variant (a `Norm::LayerNorm` inside a block is
+//! `norm_1.gamma`, not `norm_1.LayerNorm.gamma`), in loading as in saving, since HF
+//! checkpoints have no such level.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -205,6 +211,38 @@ pub fn read_config<T: DeserializeOwned>(dir: &Path) -> Result<T, CheckpointError
     })
 }
 
+/// Reads `dir/config.json` as [`read_config`] does, then runs the family's `validate` on
+/// it; a rejection names the file.
+///
+/// # Errors
+/// As [`read_config`], and what `validate` rejects.
+pub fn read_valid_config<T: DeserializeOwned, E: fmt::Display>(
+    dir: &Path,
+    validate: impl FnOnce(&T) -> Result<(), E>,
+) -> Result<T, CheckpointError> {
+    let cfg: T = read_config(dir)?;
+    validate(&cfg).map_err(|e| CheckpointError::Config {
+        path: dir.join("config.json"),
+        message: e.to_string(),
+    })?;
+    Ok(cfg)
+}
+
+/// The class count of a classification checkpoint in `dir`: the length of its
+/// `id2label` names.
+///
+/// # Errors
+/// No names, which leave the classifier's size unknown.
+pub fn num_labels(dir: &Path, labels: &[String]) -> Result<usize, CheckpointError> {
+    if labels.is_empty() {
+        return Err(CheckpointError::Config {
+            path: dir.join("config.json"),
+            message: "a classification checkpoint needs id2label to size its classifier".into(),
+        });
+    }
+    Ok(labels.len())
+}
+
 /// The weights file of a checkpoint folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WeightsFile {
@@ -305,12 +343,12 @@ pub fn load_tensors<M: Module>(
             .unwrap_or_else(|| map.checkpoint_name(module_path))
     };
     let model_shapes: BTreeMap<String, Vec<usize>> = module
-        .collect(None, None, false)
+        .collect(None, None, true)
         .into_iter()
         .map(|t| (t.name.clone(), t.shape.to_vec()))
         .collect();
 
-    let result = module.apply(renamed, None, Some(Box::new(PyTorchToBurnAdapter)), false);
+    let result = module.apply(renamed, None, Some(Box::new(PyTorchToBurnAdapter)), true);
 
     let mut report = TensorReport::default();
     for (module_path, _) in &result.missing {
@@ -387,6 +425,69 @@ pub fn save_safetensors<M: Module>(
             path: path.to_path_buf(),
             message: e.to_string(),
         })
+}
+
+/// The class names of HF's `id2label` (`{"0": "cat", "1": "dog"}`), in class order.
+///
+/// # Errors
+/// A key that is not a class index below the number of entries, named.
+pub fn class_names(id2label: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
+    let mut out = vec![None; id2label.len()];
+    for (key, name) in id2label {
+        let index = key
+            .parse::<usize>()
+            .ok()
+            .filter(|i| *i < id2label.len())
+            .ok_or_else(|| {
+                format!(
+                    "id2label key {key:?} is not a class index below {}",
+                    id2label.len()
+                )
+            })?;
+        out[index] = Some(name.clone());
+    }
+    Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+/// HF's default `id2label` for `n` classes: `LABEL_0`, `LABEL_1`, ...
+pub fn default_id2label(n: usize) -> BTreeMap<String, String> {
+    (0..n)
+        .map(|i| (i.to_string(), format!("LABEL_{i}")))
+        .collect()
+}
+
+/// Writes `dir/config.json`: `config` serialized, with HF's `model_type` and
+/// `architectures` set. The file is written beside its final name and renamed, so a
+/// crash leaves the old file or none, never half of one.
+///
+/// # Errors
+/// A folder that cannot be written, or a config that does not serialize to an object.
+pub fn write_config<T: serde::Serialize>(
+    dir: &Path,
+    config: &T,
+    model_type: &str,
+    architecture: &str,
+) -> Result<(), CheckpointError> {
+    let path = dir.join("config.json");
+    let bad = |message: String| CheckpointError::Config {
+        path: path.clone(),
+        message,
+    };
+    let io = |p: &Path, e: std::io::Error| CheckpointError::Io {
+        path: p.to_path_buf(),
+        message: e.to_string(),
+    };
+    let mut json = serde_json::to_value(config).map_err(|e| bad(e.to_string()))?;
+    let obj = json
+        .as_object_mut()
+        .ok_or_else(|| bad("the config is not a JSON object".into()))?;
+    obj.insert("model_type".into(), model_type.into());
+    obj.insert("architectures".into(), vec![architecture].into());
+    let text = serde_json::to_string_pretty(&json).map_err(|e| bad(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let partial = dir.join(".config.json.partial");
+    std::fs::write(&partial, text).map_err(|e| io(&partial, e))?;
+    std::fs::rename(&partial, &path).map_err(|e| io(&path, e))
 }
 
 /// Where the zoo keeps downloads and models: `$ZOO_CACHE`, else

@@ -22,6 +22,7 @@ pub mod checkpoint;
 mod error;
 pub mod generate;
 pub mod model;
+pub mod validate;
 
 pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
 pub use checkpoint::{CheckpointError, KeyMap, TensorReport, WeightsFile};

@@ -3,38 +3,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zoo_attention::FfnActivation;
+pub use zoo_attention::HiddenAct;
 
 use crate::error::{EncoderError, Result};
-
-/// The feed-forward activation, as HF's `hidden_act` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HiddenAct {
-    /// Exact GELU (`"gelu"`), BERT's.
-    #[serde(rename = "gelu")]
-    Gelu,
-    /// GELU with the tanh approximation (`"gelu_new"`, `"gelu_pytorch_tanh"`).
-    #[serde(rename = "gelu_new", alias = "gelu_pytorch_tanh")]
-    GeluTanh,
-    /// `"relu"`.
-    #[serde(rename = "relu")]
-    Relu,
-    /// `"silu"` (also `"swish"`).
-    #[serde(rename = "silu", alias = "swish")]
-    Silu,
-}
-
-impl HiddenAct {
-    /// The shared feed-forward activation.
-    pub fn ffn(self) -> FfnActivation {
-        match self {
-            Self::Gelu => FfnActivation::Gelu,
-            Self::GeluTanh => FfnActivation::GeluTanh,
-            Self::Relu => FfnActivation::Relu,
-            Self::Silu => FfnActivation::Silu,
-        }
-    }
-}
 
 fn default_act() -> HiddenAct {
     HiddenAct::Gelu
@@ -166,86 +137,48 @@ impl BertConfig {
     /// A zero size, a width the heads do not divide, a pad id outside the vocabulary, a
     /// non-positive epsilon or a dropout outside `[0, 1)`, each naming the value.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(EncoderError::Config(m));
-        for (name, v) in [
-            ("vocab_size", self.vocab_size),
-            ("hidden_size", self.hidden_size),
-            ("num_hidden_layers", self.num_hidden_layers),
-            ("num_attention_heads", self.num_attention_heads),
-            ("intermediate_size", self.intermediate_size),
-            ("max_position_embeddings", self.max_position_embeddings),
-            ("type_vocab_size", self.type_vocab_size),
-        ] {
-            if v == 0 {
-                return bad(format!("{name} must be > 0, got 0"));
+        use zoo_core::validate;
+        let checks = || -> std::result::Result<(), String> {
+            validate::positive(&[
+                ("vocab_size", self.vocab_size),
+                ("hidden_size", self.hidden_size),
+                ("num_hidden_layers", self.num_hidden_layers),
+                ("num_attention_heads", self.num_attention_heads),
+                ("intermediate_size", self.intermediate_size),
+                ("max_position_embeddings", self.max_position_embeddings),
+                ("type_vocab_size", self.type_vocab_size),
+            ])?;
+            if self.position_embedding_type != "absolute" {
+                return Err(format!(
+                    "position_embedding_type {:?} is not supported (only \"absolute\")",
+                    self.position_embedding_type
+                ));
             }
-        }
-        if self.position_embedding_type != "absolute" {
-            return bad(format!(
-                "position_embedding_type {:?} is not supported (only \"absolute\")",
-                self.position_embedding_type
-            ));
-        }
-        if let Some(kind) = &self.model_type
-            && kind != "bert"
-        {
-            return bad(format!("model_type {kind:?} is not a BERT model"));
-        }
-        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
-            return bad(format!(
-                "hidden_size {} is not divisible by num_attention_heads {}",
-                self.hidden_size, self.num_attention_heads
-            ));
-        }
-        if self.pad_token_id >= self.vocab_size {
-            return bad(format!(
-                "pad_token_id {} is out of range for vocab_size {}",
-                self.pad_token_id, self.vocab_size
-            ));
-        }
-        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
-            return bad(format!(
-                "layer_norm_eps must be > 0, got {}",
-                self.layer_norm_eps
-            ));
-        }
-        for (name, p) in [
-            ("hidden_dropout_prob", self.hidden_dropout_prob),
-            (
-                "attention_probs_dropout_prob",
-                self.attention_probs_dropout_prob,
-            ),
-        ] {
-            if !(0.0..1.0).contains(&p) {
-                return bad(format!("{name} must be in [0, 1), got {p}"));
+            validate::model_type(self.model_type.as_deref(), "bert", "BERT")?;
+            validate::divisible(
+                ("hidden_size", self.hidden_size),
+                ("num_attention_heads", self.num_attention_heads),
+            )?;
+            if self.pad_token_id >= self.vocab_size {
+                return Err(format!(
+                    "pad_token_id {} is out of range for vocab_size {}",
+                    self.pad_token_id, self.vocab_size
+                ));
             }
-        }
-        if let Some(labels) = &self.id2label {
-            self.labels_of(labels)?;
-        }
-        Ok(())
-    }
-
-    /// The class names of `id2label`, in class order.
-    ///
-    /// # Errors
-    /// Keys that are not exactly `0..n`.
-    fn labels_of(&self, labels: &BTreeMap<String, String>) -> Result<Vec<String>> {
-        let mut out = vec![None; labels.len()];
-        for (key, name) in labels {
-            let index = key
-                .parse::<usize>()
-                .ok()
-                .filter(|i| *i < labels.len())
-                .ok_or_else(|| {
-                    EncoderError::Config(format!(
-                        "id2label key {key:?} is not a class index below {}",
-                        labels.len()
-                    ))
-                })?;
-            out[index] = Some(name.clone());
-        }
-        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+            validate::epsilon("layer_norm_eps", self.layer_norm_eps)?;
+            validate::probabilities(&[
+                ("hidden_dropout_prob", self.hidden_dropout_prob),
+                (
+                    "attention_probs_dropout_prob",
+                    self.attention_probs_dropout_prob,
+                ),
+            ])?;
+            if let Some(labels) = &self.id2label {
+                zoo_core::checkpoint::class_names(labels)?;
+            }
+            Ok(())
+        };
+        checks().map_err(EncoderError::Config)
     }
 
     /// The class names of a classification checkpoint, in class order (empty without
@@ -253,7 +186,7 @@ impl BertConfig {
     pub fn labels(&self) -> Vec<String> {
         self.id2label
             .as_ref()
-            .and_then(|l| self.labels_of(l).ok())
+            .and_then(|l| zoo_core::checkpoint::class_names(l).ok())
             .unwrap_or_default()
     }
 }

@@ -7,7 +7,6 @@ use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
     Linear, LinearConfig,
 };
-use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
 use burn::tensor::{Bool, Device, Int, Tensor};
 use zoo_attention::{
     AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttention, MultiHeadAttentionConfig,
@@ -321,15 +320,6 @@ impl SentenceEmbedding for BertModel {
     }
 }
 
-fn activate(act: HiddenAct, x: Tensor<3>) -> Tensor<3> {
-    match act {
-        HiddenAct::Gelu => gelu(x),
-        HiddenAct::GeluTanh => gelu_approximate(x),
-        HiddenAct::Relu => relu(x),
-        HiddenAct::Silu => silu(x),
-    }
-}
-
 /// BERT with the masked-LM head: `LN(act(dense(h)))`, then a decoder tied to the word
 /// embeddings, plus a bias (HF `cls.predictions`).
 #[derive(Module, Debug)]
@@ -370,7 +360,7 @@ impl BertForMaskedLm {
         let h = self.bert.forward(input)?.hidden;
         let h = self
             .transform_norm
-            .forward(activate(self.act, self.transform.forward(h)));
+            .forward(self.act.apply(self.transform.forward(h)));
         // [B, T, H] x [1, H, V] -> [B, T, V], the word embedding's transpose.
         let w = self
             .bert
@@ -649,7 +639,9 @@ mod tests {
         let got = m.forward(input.clone()).unwrap();
         assert_eq!(got.dims(), [1, 3, 40]);
         let h = m.bert.forward(input).unwrap().hidden;
-        let t = m.transform_norm.forward(gelu(m.transform.forward(h)));
+        let t = m
+            .transform_norm
+            .forward(burn::tensor::activation::gelu(m.transform.forward(h)));
         let w = m.bert.embeddings.word_embeddings.weight.val(); // [V, H]
         let want =
             t.matmul(w.transpose().unsqueeze::<3>()) + m.decoder_bias.val().reshape([1, 1, 40]);

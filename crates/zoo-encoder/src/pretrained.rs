@@ -14,7 +14,7 @@ use burn::tensor::Device;
 use zoo_core::checkpoint::{self, CheckpointError, KeyMap, WeightsFile};
 
 use crate::config::BertConfig;
-use crate::error::{EncoderError, Result};
+use crate::error::Result;
 use crate::model::{
     BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
 };
@@ -163,25 +163,7 @@ impl Target {
 
 /// `dir/config.json`, validated, with the file named in any error.
 fn read_config(dir: &Path) -> Result<BertConfig> {
-    let cfg: BertConfig = checkpoint::read_config(dir)?;
-    cfg.validate().map_err(|e| CheckpointError::Config {
-        path: dir.join("config.json"),
-        message: e.to_string(),
-    })?;
-    Ok(cfg)
-}
-
-/// The class count of a classification checkpoint, from its `id2label`.
-fn num_labels(cfg: &BertConfig, dir: &Path) -> Result<usize> {
-    let n = cfg.labels().len();
-    if n == 0 {
-        return Err(CheckpointError::Config {
-            path: dir.join("config.json"),
-            message: "a classification checkpoint needs id2label to size its classifier".into(),
-        }
-        .into());
-    }
-    Ok(n)
+    Ok(checkpoint::read_valid_config(dir, BertConfig::validate)?)
 }
 
 /// A classification head model sized by the checkpoint's `id2label`, then loaded.
@@ -192,7 +174,7 @@ fn load_classifier<M: Module>(
     build: fn(&BertConfig, usize, &Device) -> Result<M>,
 ) -> Result<M> {
     let cfg = read_config(dir)?;
-    let n = num_labels(&cfg, dir)?;
+    let n = checkpoint::num_labels(dir, &cfg.labels())?;
     load(build(&cfg, n, device)?, dir, target)
 }
 
@@ -214,30 +196,15 @@ fn save<M: Module>(
     if let Some(n) = num_labels
         && cfg.labels().len() != n
     {
-        cfg.id2label = Some(
-            (0..n)
-                .map(|i| (i.to_string(), format!("LABEL_{i}")))
-                .collect(),
-        );
+        cfg.id2label = Some(checkpoint::default_id2label(n));
     }
-    let io = |path: &Path, e: std::io::Error| CheckpointError::Io {
-        path: path.to_path_buf(),
+    let io = |e: std::io::Error| CheckpointError::Io {
+        path: dir.to_path_buf(),
         message: e.to_string(),
     };
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let mut json = serde_json::to_value(&cfg).map_err(|e| EncoderError::Config(e.to_string()))?;
-    if let Some(obj) = json.as_object_mut() {
-        obj.insert("model_type".into(), "bert".into());
-        obj.insert("architectures".into(), vec![target.architecture()].into());
-    }
-    let text =
-        serde_json::to_string_pretty(&json).map_err(|e| EncoderError::Config(e.to_string()))?;
+    std::fs::create_dir_all(dir).map_err(io)?;
     checkpoint::save_safetensors(model, &dir.join("model.safetensors"), &target.key_map())?;
-    // Written next to its final name, then renamed: a crash leaves the old file or none.
-    let path = dir.join("config.json");
-    let partial = dir.join(".config.json.partial");
-    std::fs::write(&partial, text).map_err(|e| io(&partial, e))?;
-    std::fs::rename(&partial, &path).map_err(|e| io(&path, e))?;
+    checkpoint::write_config(dir, &cfg, "bert", target.architecture())?;
     Ok(())
 }
 

@@ -519,7 +519,8 @@ fn several_devices_are_required_by_multi_device_strategies() {
 
 #[test]
 fn learning_image_classification_on_digits() {
-    use support::digits::{DigitBatcher, DigitCnn};
+    use support::digits::DigitCnn;
+    use zoo_data::digits::DigitBatcher;
     let device = zoo_device::test_device();
     let dir = temp_dir("digits");
     let mut images =

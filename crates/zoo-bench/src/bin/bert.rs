@@ -33,18 +33,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    if let Some(threads) = args.threads
-        && let Err(e) = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-    {
-        eprintln!("error: cannot run on {threads} threads: {e}");
-        std::process::exit(2);
-    }
-    let device = zoo_device::select_by_name(&args.device).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    });
+    let device = zoo_bench::start(args.threads, &args.device);
     let mut cfg = BertConfig::bert_base_uncased();
     cfg.hidden_dropout_prob = 0.0;
     cfg.attention_probs_dropout_prob = 0.0;

@@ -1,34 +1,14 @@
-//! The 8×8 handwritten digits as `[B, 1, 8, 8]` images, and a small convolutional network
-//! to classify them.
+//! A small convolutional network for the 8×8 handwritten digits (`[B, 1, 8, 8]` images,
+//! batched by `zoo_data::digits::DigitBatcher`).
 
-use burn::data::dataloader::batcher::Batcher;
 use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d};
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Int, Tensor, TensorData};
-use zoo_data::digits::{CLASSES, DigitImage, SIDE};
-use zoo_train::{ClassLogits, ClassificationBatch, ModelError};
-
-/// Batches digits as `[B, 1, 8, 8]` images with their labels.
-#[derive(Debug, Clone, Default)]
-pub struct DigitBatcher;
-
-impl Batcher<DigitImage, ClassificationBatch<Tensor<4>>> for DigitBatcher {
-    fn batch(&self, items: Vec<DigitImage>, device: &Device) -> ClassificationBatch<Tensor<4>> {
-        let n = items.len();
-        let x: Vec<f32> = items
-            .iter()
-            .flat_map(|i| i.pixels.iter().copied())
-            .collect();
-        let y: Vec<i64> = items.iter().map(|i| i.label as i64).collect();
-        ClassificationBatch {
-            inputs: Tensor::from_data(TensorData::new(x, [n, 1, SIDE, SIDE]), device),
-            targets: Tensor::<1, Int>::from_data(TensorData::new(y, [n]), device),
-        }
-    }
-}
+use burn::tensor::{Device, Tensor};
+use zoo_data::digits::CLASSES;
+use zoo_train::{ClassLogits, ModelError};
 
 /// Two 3×3 convolutions (8 and 16 channels, ReLU), a 2×2 max-pool, a linear classifier.
 #[derive(Module, Debug)]

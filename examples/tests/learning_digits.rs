@@ -10,7 +10,7 @@ use zoo_vision::ViTForImageClassification;
 /// Epochs of the bounded run.
 const EPOCHS: usize = 20;
 /// The accuracy (%) it must reach.
-const BOUND: f64 = 80.0;
+const BOUND: f64 = 93.0;
 
 #[test]
 fn learning_digits_vit_reaches_the_bound_in_a_short_run() {
@@ -27,7 +27,8 @@ fn learning_digits_vit_reaches_the_bound_in_a_short_run() {
         "the learner's last validation pass ({}) and evaluate ({accuracy}) disagree",
         per_epoch[EPOCHS - 1]
     );
-    // Chance is 10%; BOUND_NOTE
+    // Chance is 10%. This run reached 95.5% in 27 s on flex (2 cores); the example's
+    // 80 epochs reach 97.8%.
     assert!(
         accuracy >= BOUND,
         "test accuracy {accuracy}% after {EPOCHS} epochs"

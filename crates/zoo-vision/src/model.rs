@@ -445,6 +445,10 @@ mod tests {
             "image size 14x12 is not divisible by the patch size 4"
         );
         assert_eq!(
+            run([1, 3, 13, 12], false),
+            "image size 13x12 is not divisible by the patch size 4"
+        );
+        assert_eq!(
             run([1, 3, 16, 16], false),
             "image size 16x16 differs from the model's 12x12; resize it, or interpolate the \
              position embeddings"

@@ -7,8 +7,9 @@
 //!
 //! - [`read_config`]: `config.json`, deserialized into the family's config type, with the
 //!   file named in every error;
-//! - [`WeightsFile`]: `model.safetensors`, or `pytorch_model.bin` read by burn-store's
-//!   pickle reader, which does not execute pickled code;
+//! - [`WeightsFile`]: `model.safetensors`, a sharded `model.safetensors.index.json`, or
+//!   `pytorch_model.bin` read by burn-store's pickle reader, which does not execute pickled
+//!   code; f16 and bf16 tensors are widened to f32 as they are read;
 //! - [`load_into`]: burn-store's key remapping and its PyTorch adapter (which transposes
 //!   `Linear` weights and renames norm parameters), then one report of *every* missing,
 //!   unexpected and mis-shaped tensor, by name and shape ([`TensorReport`]);
@@ -27,8 +28,9 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::store::{
     ApplyError, BurnToPyTorchAdapter, KeyRemapper, ModuleSnapshot, ModuleStore,
-    PyTorchToBurnAdapter, PytorchStore, SafetensorsStore,
+    PyTorchToBurnAdapter, PytorchStore, SafetensorsStore, bridge,
 };
+use burn::tensor::DType;
 use serde::de::DeserializeOwned;
 
 /// A tensor as burn-store reads it from a file.
@@ -64,7 +66,7 @@ pub enum CheckpointError {
     },
     /// A folder with no weights file.
     #[error(
-        "{} has neither model.safetensors nor pytorch_model.bin",
+        "{} has no model.safetensors, model.safetensors.index.json or pytorch_model.bin",
         dir.display()
     )]
     NoWeights {
@@ -248,20 +250,26 @@ pub fn num_labels(dir: &Path, labels: &[String]) -> Result<usize, CheckpointErro
 pub enum WeightsFile {
     /// `model.safetensors`.
     Safetensors(PathBuf),
+    /// `model.safetensors.index.json`, whose `weight_map` names the shard of each tensor.
+    Sharded(PathBuf),
     /// `pytorch_model.bin`, a pickled `state_dict`.
     Pytorch(PathBuf),
 }
 
 impl WeightsFile {
-    /// The weights file of `dir`: `model.safetensors` when present, else
-    /// `pytorch_model.bin`.
+    /// The weights file of `dir`: `model.safetensors` when present, else the index of a
+    /// sharded one (`model.safetensors.index.json`), else `pytorch_model.bin`.
     ///
     /// # Errors
-    /// [`CheckpointError::NoWeights`] when there is neither.
+    /// [`CheckpointError::NoWeights`] when there is none of them.
     pub fn find(dir: &Path) -> Result<Self, CheckpointError> {
         let safetensors = dir.join("model.safetensors");
         if safetensors.is_file() {
             return Ok(Self::Safetensors(safetensors));
+        }
+        let index = dir.join("model.safetensors.index.json");
+        if index.is_file() {
+            return Ok(Self::Sharded(index));
         }
         let bin = dir.join("pytorch_model.bin");
         if bin.is_file() {
@@ -275,7 +283,7 @@ impl WeightsFile {
     /// The file's path.
     pub fn path(&self) -> &Path {
         match self {
-            Self::Safetensors(p) | Self::Pytorch(p) => p,
+            Self::Safetensors(p) | Self::Sharded(p) | Self::Pytorch(p) => p,
         }
     }
 
@@ -303,8 +311,63 @@ impl WeightsFile {
                 .get_all_tensors()
                 .cloned()
                 .map_err(|e| format(e.to_string())),
+            Self::Sharded(index) => sharded_tensors(index),
         }
     }
+}
+
+/// The tensors of a sharded safetensors checkpoint: every shard the index's `weight_map`
+/// names is read once, and every tensor it lists must be in its shard.
+fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: BTreeMap<String, String>,
+    }
+    let format = |message: String| CheckpointError::Format {
+        path: index.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(index).map_err(|e| CheckpointError::Io {
+        path: index.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let parsed: Index = serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, shard) in &parsed.weight_map {
+        by_shard.entry(shard).or_default().push(name);
+    }
+    if by_shard.is_empty() {
+        return Err(format("its weight_map names no tensors".into()));
+    }
+    let mut out = BTreeMap::new();
+    for (shard, names) in by_shard {
+        if shard.contains('/') || shard.contains('\\') || shard.starts_with('.') {
+            return Err(format(format!(
+                "shard {shard:?} is not a file of this folder"
+            )));
+        }
+        let mut tensors = WeightsFile::Safetensors(dir.join(shard)).tensors()?;
+        for name in names {
+            let tensor = tensors
+                .remove(name)
+                .ok_or_else(|| format(format!("{name} is not in its shard {shard}")))?;
+            out.insert(name.to_string(), tensor);
+        }
+    }
+    Ok(out)
+}
+
+/// An f16 or bf16 tensor as f32, converted when it is read: the zoo's models compute in
+/// f32, and burn-store would otherwise keep the file's float type in the parameter.
+fn widen(tensor: PackTensor) -> PackTensor {
+    if !matches!(tensor.dtype, DType::F16 | DType::BF16) {
+        return tensor;
+    }
+    let (name, shape, id) = (tensor.name.clone(), tensor.shape.clone(), tensor.param_id);
+    bridge::deferred(name, DType::F32, shape, id, move || {
+        Ok(bridge::to_data(&tensor)?.convert::<f32>())
+    })
 }
 
 /// Loads `tensors` (by checkpoint name) into `module` through `map`.
@@ -328,6 +391,7 @@ pub fn load_tensors<M: Module>(
     let kept: Vec<PackTensor> = tensors
         .into_values()
         .filter(|t| !ignore.iter().any(|re| re.is_match(&t.name)))
+        .map(widen)
         .collect();
     let file_shapes: BTreeMap<String, Vec<usize>> = kept
         .iter()

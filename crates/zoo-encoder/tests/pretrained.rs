@@ -278,6 +278,87 @@ fn saving_writes_hf_layout_that_loads_back_bit_for_bit() {
     );
 }
 
+#[test]
+fn sharded_and_half_precision_checkpoints_load() {
+    let device = test_device();
+    // Sharded: the index names several files, and they hold exactly the single file's
+    // tensors, which give transformers' outputs.
+    let sharded = fixture("bert-tiny-sharded");
+    let shards = std::fs::read_dir(&sharded)
+        .unwrap()
+        .filter(|f| {
+            f.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".safetensors")
+        })
+        .count();
+    assert!(shards >= 2, "{shards} shard(s)");
+    assert!(matches!(
+        WeightsFile::find(&sharded).unwrap(),
+        WeightsFile::Sharded(_)
+    ));
+    assert_eq!(tensors_of(&sharded), tensors_of(&fixture("bert-tiny")));
+    let e = expected("bert-tiny");
+    let model = BertModel::from_pretrained(&sharded, &device).unwrap();
+    assert_matches(
+        "sharded last_hidden_state",
+        model.forward(input(&e, &device)).unwrap().hidden,
+        e.last_hidden_state.as_ref().unwrap(),
+    );
+
+    // f16 and bf16 files load as f32 weights, and agree with the rounded weights run in
+    // f32 by transformers.
+    for name in ["bert-tiny-f16", "bert-tiny-bf16"] {
+        let e = expected(name);
+        let model = BertModel::from_pretrained(fixture(name), &device).unwrap();
+        assert_eq!(
+            model.embeddings.word_embeddings.weight.val().dtype(),
+            burn::tensor::DType::F32,
+            "{name}"
+        );
+        assert_matches(
+            name,
+            model.forward(input(&e, &device)).unwrap().hidden,
+            e.last_hidden_state.as_ref().unwrap(),
+        );
+    }
+
+    // An index that sends a tensor to the wrong shard is named, with the shard.
+    let dir = tempdir("bad-index");
+    for f in std::fs::read_dir(&sharded).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), dir.join(f.file_name())).unwrap();
+    }
+    let index_path = dir.join("model.safetensors.index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let map = index["weight_map"].as_object_mut().unwrap();
+    let (name, shard) = map
+        .iter()
+        .find(|(_, s)| s.as_str().unwrap().starts_with("model-00001"))
+        .map(|(n, s)| (n.clone(), s.as_str().unwrap().to_string()))
+        .unwrap();
+    let other = map
+        .values()
+        .map(|s| s.as_str().unwrap().to_string())
+        .find(|s| *s != shard)
+        .unwrap();
+    map.insert(name.clone(), other.clone().into());
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    let err = BertModel::from_pretrained(&dir, &device)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: not a readable checkpoint: {name} is not in its shard {other}",
+            index_path.display()
+        )
+    );
+}
+
 fn tensors_error(e: EncoderError) -> zoo_core::TensorReport {
     match e {
         EncoderError::Checkpoint(CheckpointError::Tensors { report, .. }) => report,
@@ -379,7 +460,7 @@ fn bad_folders_and_configs_are_errors_naming_the_file() {
     assert_eq!(
         e.to_string(),
         format!(
-            "{} has neither model.safetensors nor pytorch_model.bin",
+            "{} has no model.safetensors, model.safetensors.index.json or pytorch_model.bin",
             dir.display()
         )
     );

@@ -102,6 +102,27 @@ pub fn median_time(runs: usize, warmup: bool, mut f: impl FnMut()) -> Duration {
     times[times.len() / 2]
 }
 
+/// The options of the model bench programs: timed runs, flex's threads and the backend.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// Timed runs; the median is printed.
+    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub runs: usize,
+    /// Threads of flex's pool; all cores when absent.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub threads: Option<usize>,
+    /// Backend.
+    #[arg(long, default_value = "flex")]
+    pub device: String,
+}
+
+impl Common {
+    /// [`start`] with these options.
+    pub fn start(&self) -> burn::tensor::Device {
+        start(self.threads, &self.device)
+    }
+}
+
 /// The start of every bench program: sizes flex's thread pool (all cores when `threads`
 /// is `None`) and opens the backend named `device`. On a failure it prints
 /// `error: <why>` and exits with status 2.

@@ -316,6 +316,29 @@ impl WeightsFile {
     }
 }
 
+/// A tensor of a checkpoint file: its name, shape and stored little-endian bytes.
+pub type StoredTensor = (String, Vec<usize>, Vec<u8>);
+
+impl WeightsFile {
+    /// Every tensor as its name, shape and stored bytes (in the file's own dtype), sorted
+    /// by name: what a bit-for-bit comparison of two checkpoints needs.
+    ///
+    /// # Errors
+    /// As [`Self::tensors`], and a tensor whose bytes cannot be read.
+    pub fn contents(&self) -> Result<Vec<StoredTensor>, CheckpointError> {
+        self.tensors()?
+            .into_iter()
+            .map(|(name, t)| {
+                let bytes = t.to_bytes().map_err(|e| CheckpointError::Format {
+                    path: self.path().to_path_buf(),
+                    message: format!("{name}: {e}"),
+                })?;
+                Ok((name, t.shape.to_vec(), bytes.to_vec()))
+            })
+            .collect()
+    }
+}
+
 /// The tensors of a sharded safetensors checkpoint: every shard the index's `weight_map`
 /// names is read once, and every tensor it lists must be in its shard.
 fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {

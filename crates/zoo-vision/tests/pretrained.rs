@@ -215,17 +215,8 @@ fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
-fn tensors_of(dir: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
-    WeightsFile::find(dir)
-        .unwrap()
-        .tensors()
-        .unwrap()
-        .into_iter()
-        .map(|(name, t)| {
-            let shape = t.shape.to_vec();
-            (name, shape, t.to_bytes().unwrap().to_vec())
-        })
-        .collect()
+fn tensors_of(dir: &Path) -> Vec<zoo_core::checkpoint::StoredTensor> {
+    WeightsFile::find(dir).unwrap().contents().unwrap()
 }
 
 #[test]

@@ -20,20 +20,13 @@ struct Args {
     /// Tokens per row (at most 512).
     #[arg(long, default_value_t = 128, value_parser = RangedU64ValueParser::<usize>::new().range(1..=512))]
     len: usize,
-    /// Timed runs; the median is printed.
-    #[arg(long, default_value_t = 5, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    runs: usize,
-    /// Threads of flex's pool; all cores when absent.
-    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    threads: Option<usize>,
-    /// Backend.
-    #[arg(long, default_value = "flex")]
-    device: String,
+    #[command(flatten)]
+    common: zoo_bench::Common,
 }
 
 fn main() {
     let args = Args::parse();
-    let device = zoo_bench::start(args.threads, &args.device);
+    let device = args.common.start();
     let mut cfg = BertConfig::bert_base_uncased();
     cfg.hidden_dropout_prob = 0.0;
     cfg.attention_probs_dropout_prob = 0.0;
@@ -47,7 +40,7 @@ fn main() {
         .map(|i| ((i * 7919) % 29000 + 1000) as i64)
         .collect();
     let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, t]), &device);
-    let time = median_time(args.runs, true, || {
+    let time = median_time(args.common.runs, true, || {
         let out = model
             .forward(EncoderInput::new(tokens.clone()))
             .expect("a valid input");
@@ -56,8 +49,8 @@ fn main() {
     });
     println!(
         "bert-base forward {b}x{t} on {}: {:.1} ms (median of {})",
-        args.device,
+        args.common.device,
         time.as_secs_f64() * 1e3,
-        args.runs
+        args.common.runs
     );
 }

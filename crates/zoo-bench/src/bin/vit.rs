@@ -17,20 +17,13 @@ struct Args {
     /// Images per batch.
     #[arg(long, default_value_t = 1, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     batch: usize,
-    /// Timed runs; the median is printed.
-    #[arg(long, default_value_t = 5, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    runs: usize,
-    /// Threads of flex's pool; all cores when absent.
-    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
-    threads: Option<usize>,
-    /// Backend.
-    #[arg(long, default_value = "flex")]
-    device: String,
+    #[command(flatten)]
+    common: zoo_bench::Common,
 }
 
 fn main() {
     let args = Args::parse();
-    let device = zoo_bench::start(args.threads, &args.device);
+    let device = args.common.start();
     device.seed(0);
     let model = ViTConfig::vit_base_patch16_224()
         .init(false, &device)
@@ -43,7 +36,7 @@ fn main() {
         Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let time = median_time(args.runs, true, || {
+    let time = median_time(args.common.runs, true, || {
         let out = model
             .forward(ImageInput::new(pixels.clone()))
             .expect("a valid input");
@@ -53,8 +46,8 @@ fn main() {
     println!(
         "vit-b/16 forward {}x3x224x224 on {}: {:.1} ms (median of {})",
         args.batch,
-        args.device,
+        args.common.device,
         time.as_secs_f64() * 1e3,
-        args.runs
+        args.common.runs
     );
 }

@@ -118,25 +118,26 @@ pub struct Common {
 
 impl Common {
     /// [`start`] with these options.
-    pub fn start(&self) -> burn::tensor::Device {
+    ///
+    /// # Errors
+    /// As [`start`].
+    pub fn start(&self) -> Result<burn::tensor::Device, String> {
         start(self.threads, &self.device)
     }
 }
 
 /// The start of every bench program: sizes flex's thread pool (all cores when `threads`
-/// is `None`) and opens the backend named `device`. On a failure it prints
-/// `error: <why>` and exits with status 2.
-pub fn start(threads: Option<usize>, device: &str) -> burn::tensor::Device {
-    if let Some(threads) = threads
-        && let Err(e) = rayon::ThreadPoolBuilder::new()
+/// is `None`) and opens the backend named `device`.
+///
+/// # Errors
+/// A pool that cannot be built, or a backend that is not compiled in, as a message for
+/// the program to print.
+pub fn start(threads: Option<usize>, device: &str) -> Result<burn::tensor::Device, String> {
+    if let Some(threads) = threads {
+        rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global()
-    {
-        eprintln!("error: cannot run on {threads} threads: {e}");
-        std::process::exit(2);
+            .map_err(|e| format!("cannot run on {threads} threads: {e}"))?;
     }
-    zoo_device::select_by_name(device).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    })
+    zoo_device::select_by_name(device).map_err(|e| e.to_string())
 }

@@ -159,6 +159,19 @@ impl KeyMap {
         Self::default()
     }
 
+    /// Appends a family's rename tables: `load` (checkpoint name to module path) and
+    /// `save` (module path to checkpoint name), each `(regex, replacement)` in order.
+    pub fn tables(mut self, load: &[(&str, &str)], save: &[(&str, &str)]) -> Self {
+        let owned = |t: &[(&str, &str)]| -> Vec<(String, String)> {
+            t.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        self.load.extend(owned(load));
+        self.save.extend(owned(save));
+        self
+    }
+
     /// Adds a rename in both directions.
     pub fn rename(mut self, load: (&str, &str), save: (&str, &str)) -> Self {
         self.load.push((load.0.into(), load.1.into()));

@@ -316,6 +316,18 @@ fn sharded_and_half_precision_checkpoints_load() {
         );
     }
 
+    // Negative control: rounding to half precision moves the reference beyond the
+    // tolerance, so the checks above tell the rounded weights from the f32 ones.
+    let full = &expected("bert-tiny").last_hidden_state.unwrap().values;
+    for name in ["bert-tiny-f16", "bert-tiny-bf16"] {
+        let rounded = &expected(name).last_hidden_state.unwrap().values;
+        let moved = max_abs_diff_slices(rounded, full);
+        assert!(
+            moved > 1e-3,
+            "{name}: rounding moved the output by only {moved}"
+        );
+    }
+
     // An index that sends a tensor to the wrong shard is named, with the shard.
     let dir = tempdir("bad-index");
     for f in std::fs::read_dir(&sharded).unwrap() {

@@ -127,12 +127,7 @@ impl Target {
                 "vit.${1}.".into(),
             ),
         });
-        for (from, to) in LOAD {
-            map.load.push((from.into(), to.into()));
-        }
-        for (from, to) in SAVE {
-            map.save.push((from.into(), to.into()));
-        }
+        let map = map.tables(&LOAD, &SAVE);
         match self {
             Self::Base => map.ignore(r"^classifier\."),
             // HF's classifier is built without the pooler.

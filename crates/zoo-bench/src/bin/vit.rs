@@ -23,7 +23,10 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start();
+    let device = args.common.start().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    });
     device.seed(0);
     let model = ViTConfig::vit_base_patch16_224()
         .init(false, &device)

@@ -318,6 +318,13 @@ fn fixtures() -> Result<()> {
             .arg(root.join("xtask/fixtures/vit.py"))
             .arg(root.join("crates/zoo-vision/tests/fixtures")),
         "xtask/fixtures/vit.py",
+    )?;
+    run_checked(
+        Command::new(&python)
+            .arg(root.join("xtask/fixtures/decoder.py"))
+            .arg(root.join("crates/zoo-decoder/tests/fixtures"))
+            .arg(root.join("datasets/shakespeare/tiny.txt")),
+        "xtask/fixtures/decoder.py",
     )
 }
 

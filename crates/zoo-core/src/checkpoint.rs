@@ -11,7 +11,8 @@
 //!   `pytorch_model.bin` read by burn-store's pickle reader, which does not execute pickled
 //!   code; f16 and bf16 tensors are widened to f32 as they are read;
 //! - [`load_into`]: burn-store's key remapping and its PyTorch adapter (which transposes
-//!   `Linear` weights and renames norm parameters), then one report of *every* missing,
+//!   `Linear` weights, except those a family stores `[in, out]` already, and renames norm
+//!   parameters), then one report of *every* missing,
 //!   unexpected and mis-shaped tensor, by name and shape ([`TensorReport`]);
 //! - [`save_safetensors`]: the same mapping backwards, written atomically;
 //! - [`write_config`] and [`class_names`]: `config.json` with HF's `model_type`,
@@ -27,8 +28,8 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::store::{
-    ApplyError, BurnToPyTorchAdapter, KeyRemapper, ModuleSnapshot, ModuleStore,
-    PyTorchToBurnAdapter, PytorchStore, SafetensorsStore, bridge,
+    ApplyError, BurnToPyTorchAdapter, KeyRemapper, ModuleAdapter, ModuleContext, ModuleSnapshot,
+    ModuleStore, PyTorchToBurnAdapter, PytorchStore, SafetensorsStore, bridge,
 };
 use burn::tensor::DType;
 use serde::de::DeserializeOwned;
@@ -151,6 +152,10 @@ pub struct KeyMap {
     /// Regexes over checkpoint names of tensors that are not weights of this model: they
     /// are dropped before loading (a buffer, a tied copy, another head).
     pub ignore: Vec<String>,
+    /// Regexes over module paths of `Linear` weights that the checkpoint already stores
+    /// `[in, out]`, as Burn does (GPT-2's `Conv1D`): they are loaded and saved without the
+    /// transpose that PyTorch's `nn.Linear` weights get.
+    pub untransposed: Vec<String>,
 }
 
 impl KeyMap {
@@ -185,6 +190,24 @@ impl KeyMap {
         self
     }
 
+    /// Loads and saves the `Linear` weights whose module paths match `pattern` as stored,
+    /// `[in, out]`, without a transpose.
+    pub fn untransposed(mut self, pattern: &str) -> Self {
+        self.untransposed.push(pattern.into());
+        self
+    }
+
+    fn adapter(&self, direction: Direction) -> HfAdapter {
+        HfAdapter {
+            untransposed: self
+                .untransposed
+                .iter()
+                .map(|p| regex::Regex::new(p).expect("a family's key map has a bad regex"))
+                .collect(),
+            direction,
+        }
+    }
+
     fn remapper(pairs: &[(String, String)]) -> KeyRemapper {
         // The patterns are the family's own constants: a bad one is a bug, caught by its
         // tests.
@@ -199,6 +222,48 @@ impl KeyMap {
     /// The module path of a checkpoint name.
     pub fn module_path(&self, checkpoint_name: &str) -> String {
         rename(&Self::remapper(&self.load), checkpoint_name)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Direction {
+    ToBurn,
+    ToPytorch,
+}
+
+/// burn-store's PyTorch adapters (a `Linear` weight transposed, norm parameters renamed),
+/// except for the weights a [`KeyMap`] names as stored `[in, out]` already.
+#[derive(Debug, Clone)]
+struct HfAdapter {
+    untransposed: Vec<regex::Regex>,
+    direction: Direction,
+}
+
+impl ModuleAdapter for HfAdapter {
+    fn adapt(&self, tensor: PackTensor, ctx: ModuleContext<'_>) -> PackTensor {
+        // `tensor.name` is the module path here.
+        if self.untransposed.iter().any(|re| re.is_match(&tensor.name)) {
+            return tensor;
+        }
+        match self.direction {
+            Direction::ToBurn => PyTorchToBurnAdapter.adapt(tensor, ctx),
+            Direction::ToPytorch => BurnToPyTorchAdapter.adapt(tensor, ctx),
+        }
+    }
+
+    fn get_alternative_param_name(&self, param_name: &str, container_type: &str) -> Option<String> {
+        match self.direction {
+            Direction::ToBurn => {
+                PyTorchToBurnAdapter.get_alternative_param_name(param_name, container_type)
+            }
+            Direction::ToPytorch => {
+                BurnToPyTorchAdapter.get_alternative_param_name(param_name, container_type)
+            }
+        }
+    }
+
+    fn clone_box(&self) -> Box<dyn ModuleAdapter> {
+        Box::new(self.clone())
     }
 }
 
@@ -448,7 +513,8 @@ pub fn load_tensors<M: Module>(
         .map(|t| (t.name.clone(), t.shape.to_vec()))
         .collect();
 
-    let result = module.apply(renamed, None, Some(Box::new(PyTorchToBurnAdapter)), true);
+    let adapter = map.adapter(Direction::ToBurn);
+    let result = module.apply(renamed, None, Some(Box::new(adapter)), true);
 
     let mut report = TensorReport::default();
     for (module_path, _) in &result.missing {
@@ -514,7 +580,7 @@ pub fn save_safetensors<M: Module>(
     map: &KeyMap,
 ) -> Result<(), CheckpointError> {
     let mut store = SafetensorsStore::from_file(path)
-        .with_to_adapter(BurnToPyTorchAdapter)
+        .with_to_adapter(map.adapter(Direction::ToPytorch))
         .remap(KeyMap::remapper(&map.save))
         .skip_enum_variants(true)
         .metadata("format", "pt")

@@ -23,72 +23,6 @@ pub enum PositionKind {
     },
 }
 
-/// HF parameter names and the zoo's, for a checkpoint loader; `{i}` is the layer.
-///
-/// GPT-2's `c_attn` is `[in, out]` already (a `Conv1D`) and maps to the fused `qkv_proj`;
-/// Llama's `Linear`s are `[out, in]` and are transposed on load.
-pub const HF_NAME_TABLE: &[(&str, &str, &str)] = &[
-    // (GPT2LMHeadModel, LlamaForCausalLM, zoo)
-    (
-        "transformer.wte.weight",
-        "model.embed_tokens.weight",
-        "wte.weight",
-    ),
-    ("transformer.wpe.weight", "-", "wpe.embedding.weight"),
-    (
-        "transformer.h.{i}.ln_1",
-        "model.layers.{i}.input_layernorm",
-        "layers.{i}.norm_1",
-    ),
-    (
-        "transformer.h.{i}.attn.c_attn",
-        "-",
-        "layers.{i}.self_attn.qkv_proj",
-    ),
-    (
-        "-",
-        "model.layers.{i}.self_attn.q_proj",
-        "layers.{i}.self_attn.q_proj",
-    ),
-    (
-        "-",
-        "model.layers.{i}.self_attn.k_proj",
-        "layers.{i}.self_attn.k_proj",
-    ),
-    (
-        "-",
-        "model.layers.{i}.self_attn.v_proj",
-        "layers.{i}.self_attn.v_proj",
-    ),
-    (
-        "transformer.h.{i}.attn.c_proj",
-        "model.layers.{i}.self_attn.o_proj",
-        "layers.{i}.self_attn.o_proj",
-    ),
-    (
-        "transformer.h.{i}.ln_2",
-        "model.layers.{i}.post_attention_layernorm",
-        "layers.{i}.norm_2",
-    ),
-    (
-        "-",
-        "model.layers.{i}.mlp.gate_proj",
-        "layers.{i}.mlp.gate_proj",
-    ),
-    (
-        "transformer.h.{i}.mlp.c_fc",
-        "model.layers.{i}.mlp.up_proj",
-        "layers.{i}.mlp.up_proj",
-    ),
-    (
-        "transformer.h.{i}.mlp.c_proj",
-        "model.layers.{i}.mlp.down_proj",
-        "layers.{i}.mlp.down_proj",
-    ),
-    ("transformer.ln_f", "model.norm", "norm_f"),
-    ("lm_head.weight (tied)", "lm_head.weight", "lm_head.weight"),
-];
-
 /// Configuration of a decoder-only language model.
 #[derive(Config, Debug)]
 pub struct DecoderConfig {
@@ -123,6 +57,22 @@ pub struct DecoderConfig {
     /// Biases in attention and MLP. Default: true.
     #[config(default = true)]
     pub bias: bool,
+    /// Biases on the Q, K and V projections alone (Qwen2 has them and no other).
+    /// Default: `bias`.
+    #[config(default = "None")]
+    pub qkv_bias: Option<bool>,
+    /// A bias on the attention's output projection. Default: `bias`.
+    #[config(default = "None")]
+    pub out_bias: Option<bool>,
+    /// Biases in the MLP. Default: `bias`.
+    #[config(default = "None")]
+    pub mlp_bias: Option<bool>,
+    /// Width of one head. Default: `d_model / n_heads`.
+    #[config(default = "None")]
+    pub head_dim: Option<usize>,
+    /// Factor on the attention scores. Default: `1 / sqrt(head_dim)`.
+    #[config(default = "None")]
+    pub attn_scale: Option<f64>,
     /// One fused QKV projection (GPT-2). Default: true.
     #[config(default = true)]
     pub fused_qkv: bool,
@@ -197,9 +147,11 @@ impl DecoderConfig {
         };
         let mut attn = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
             .with_n_kv_heads(self.n_kv_heads)
+            .with_head_dim(self.head_dim)
+            .with_scale(self.attn_scale)
             .with_fused_qkv(self.fused_qkv)
-            .with_qkv_bias(self.bias)
-            .with_out_bias(self.bias)
+            .with_qkv_bias(self.qkv_bias.unwrap_or(self.bias))
+            .with_out_bias(self.out_bias.unwrap_or(self.bias))
             .with_dropout(self.dropout)
             .with_window(self.sliding_window)
             .with_initializer(init.clone());
@@ -211,7 +163,7 @@ impl DecoderConfig {
         }
         let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))
             .with_activation(self.activation)
-            .with_bias(self.bias)
+            .with_bias(self.mlp_bias.unwrap_or(self.bias))
             .with_initializer(init);
         TransformerBlockConfig::new(attn, ffn)
             .with_norm(self.norm)

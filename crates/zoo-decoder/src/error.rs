@@ -34,6 +34,12 @@ pub enum DecoderError {
     /// Bad generation settings or prompts.
     #[error("generation: {0}")]
     Generation(String),
+    /// A checkpoint that cannot be read, written, or does not fit the model.
+    #[error(transparent)]
+    Checkpoint(#[from] zoo_core::CheckpointError),
+    /// A tokenizer that cannot be loaded or run.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
     /// An error from the attention core.
     #[error(transparent)]
     Attention(#[from] AttentionError),

@@ -8,9 +8,9 @@
 //! [`zoo_core::TokenLogits`] for training and [`zoo_core::CausalLm`] for generation with a
 //! KV cache through [`zoo_core::generate()`].
 //!
-//! Parameter names follow HF's `GPT2LMHeadModel` and `LlamaForCausalLM` where the two
-//! agree with the shared blocks of `zoo-attention`; [`config::HF_NAME_TABLE`] gives the
-//! mapping a checkpoint loader applies.
+//! HF checkpoints (`GPT2LMHeadModel`, `LlamaForCausalLM`, `MistralForCausalLM`,
+//! `Qwen2ForCausalLM`) load and save through [`pretrained`], and their `tokenizer.json`
+//! through [`LmTokenizer`].
 #![warn(missing_docs)]
 
 pub mod bigram;
@@ -18,7 +18,11 @@ pub mod config;
 mod error;
 mod lm;
 pub mod model;
+pub mod pretrained;
+mod tokenizer;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
+pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, MODEL_TYPES, TokenIds};
+pub use tokenizer::{LmTokenizer, TextStream};

@@ -1,0 +1,626 @@
+//! HF checkpoints of the decoder family: `GPT2LMHeadModel`, `LlamaForCausalLM`, and the
+//! variants that differ from Llama only in config, `MistralForCausalLM` (a sliding window)
+//! and `Qwen2ForCausalLM` (biases on Q, K and V).
+//!
+//! [`HfDecoderConfig::from_pretrained`] reads `config.json` with HF's field names and
+//! dispatches on its `model_type`; [`DecoderLm::from_pretrained`] loads the weights
+//! (`model.safetensors`, a sharded `model.safetensors.index.json`, or
+//! `pytorch_model.bin`; f16 and bf16 widened to f32) through `zoo-core`'s shared loader,
+//! which names every missing, unexpected and mis-shaped tensor at once;
+//! [`DecoderLm::save_pretrained`] writes both back in HF's layout.
+//!
+//! | HF name (GPT-2, optionally under `transformer.`) | HF name (Llama family) | module path |
+//! |---|---|---|
+//! | `wte` | `model.embed_tokens` | `wte` |
+//! | `wpe` | - | `wpe.embedding` |
+//! | `h.N.ln_1` | `model.layers.N.input_layernorm` | `layers.N.norm_1` |
+//! | `h.N.attn.c_attn` (`Conv1D`) | `model.layers.N.self_attn.{q,k,v}_proj` | `layers.N.self_attn.{qkv,q,k,v}_proj` |
+//! | `h.N.attn.c_proj` (`Conv1D`) | `model.layers.N.self_attn.o_proj` | `layers.N.self_attn.o_proj` |
+//! | `h.N.ln_2` | `model.layers.N.post_attention_layernorm` | `layers.N.norm_2` |
+//! | - | `model.layers.N.mlp.gate_proj` | `layers.N.mlp.gate_proj` |
+//! | `h.N.mlp.c_fc` (`Conv1D`) | `model.layers.N.mlp.up_proj` | `layers.N.mlp.up_proj` |
+//! | `h.N.mlp.c_proj` (`Conv1D`) | `model.layers.N.mlp.down_proj` | `layers.N.mlp.down_proj` |
+//! | `ln_f` | `model.norm` | `norm_f` |
+//! | `lm_head` (absent when tied) | `lm_head` | `lm_head` |
+//!
+//! GPT-2's `Conv1D` stores its weight `[in, out]`, as Burn's `Linear` does, so those
+//! weights are loaded and saved without the transpose that `nn.Linear` weights get.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use zoo_attention::{FfnActivation, HiddenAct, RopeLayout};
+use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
+
+use crate::config::{DecoderConfig, PositionKind};
+use crate::error::{DecoderError, Result};
+use crate::model::DecoderLm;
+
+/// One token id, or several (some checkpoints list more than one end token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    /// One id.
+    One(usize),
+    /// Several ids.
+    Many(Vec<usize>),
+}
+
+impl TokenIds {
+    /// The ids as a list.
+    pub fn ids(&self) -> Vec<usize> {
+        match self {
+            Self::One(id) => vec![*id],
+            Self::Many(ids) => ids.clone(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn gelu_new() -> HiddenAct {
+    HiddenAct::GeluTanh
+}
+
+fn silu() -> HiddenAct {
+    HiddenAct::Silu
+}
+
+fn eps_1e5() -> f64 {
+    1e-5
+}
+
+fn eps_1e6() -> f64 {
+    1e-6
+}
+
+/// HF's `GPT2Config`, with its field names. Fields the zoo does not use are kept in
+/// `other` and written back on saving.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpt2Config {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Longest sequence.
+    pub n_positions: usize,
+    /// Model width.
+    pub n_embd: usize,
+    /// Number of blocks.
+    pub n_layer: usize,
+    /// Number of heads.
+    pub n_head: usize,
+    /// MLP width; `null` means 4 × `n_embd`.
+    #[serde(default)]
+    pub n_inner: Option<usize>,
+    /// MLP non-linearity. Default: `gelu_new`.
+    #[serde(default = "gelu_new")]
+    pub activation_function: HiddenAct,
+    /// LayerNorm epsilon. Default: 1e-5.
+    #[serde(default = "eps_1e5")]
+    pub layer_norm_epsilon: f64,
+    /// Scores scaled by `1 / sqrt(head_dim)`. Default: true.
+    #[serde(default = "yes")]
+    pub scale_attn_weights: bool,
+    /// Scores also scaled by `1 / (layer + 1)`; not supported.
+    #[serde(default)]
+    pub scale_attn_by_inverse_layer_idx: bool,
+    /// The LM head is the token embedding. Default: true.
+    #[serde(default = "yes")]
+    pub tie_word_embeddings: bool,
+    /// Start-of-text token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<usize>,
+    /// End-of-text token(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos_token_id: Option<TokenIds>,
+    /// Every other field of the file.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// The `rope_parameters` object of recent `transformers` configs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeParameters {
+    /// `default` is the only type the zoo implements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_type: Option<String>,
+    /// The frequency base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// Every other field.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// HF's `LlamaConfig`, which `MistralConfig` and `Qwen2Config` extend, with HF's field
+/// names. Fields the zoo does not use are kept in `other` and written back on saving.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlamaConfig {
+    /// `llama`, `mistral` or `qwen2`.
+    pub model_type: String,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Number of blocks.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA); `null` means as many as the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Width of one head; `null` means `hidden_size / num_attention_heads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// Gate non-linearity. Default: `silu` (SwiGLU).
+    #[serde(default = "silu")]
+    pub hidden_act: HiddenAct,
+    /// Longest sequence.
+    pub max_position_embeddings: usize,
+    /// RMSNorm epsilon. Default: 1e-6.
+    #[serde(default = "eps_1e6")]
+    pub rms_norm_eps: f64,
+    /// The LM head is the token embedding. Default: false.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// The RoPE base of older configs. Default: 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// The RoPE settings of recent configs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_parameters: Option<RopeParameters>,
+    /// RoPE scaling (long-context variants); only `null` or the `default` type is supported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<Value>,
+    /// Biases on Q, K, V and O (Llama). Qwen2 always has Q, K and V biases.
+    #[serde(default)]
+    pub attention_bias: bool,
+    /// Biases in the MLP.
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// Mistral's window: each position sees this many, itself included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<usize>,
+    /// Qwen2 uses its window only when this is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_sliding_window: Option<bool>,
+    /// Start-of-text token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<usize>,
+    /// End-of-text token(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos_token_id: Option<TokenIds>,
+    /// Every other field of the file.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// A decoder checkpoint's `config.json`, by its `model_type`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HfDecoderConfig {
+    /// `gpt2`.
+    Gpt2(Gpt2Config),
+    /// `llama`, `mistral` or `qwen2`.
+    Llama(LlamaConfig),
+}
+
+/// The `model_type`s this crate loads.
+pub const MODEL_TYPES: [&str; 4] = ["gpt2", "llama", "mistral", "qwen2"];
+
+fn unsupported(what: String) -> DecoderError {
+    DecoderError::Config(format!("unsupported checkpoint setting: {what}"))
+}
+
+impl HfDecoderConfig {
+    /// Reads and checks `dir/config.json`.
+    ///
+    /// # Errors
+    /// A missing or malformed file, a `model_type` this crate does not load (the
+    /// supported ones are named), or settings the zoo does not implement; each names the
+    /// file.
+    pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let path = dir.join("config.json");
+        let bad = |message: String| CheckpointError::Config {
+            path: path.clone(),
+            message,
+        };
+        let json: Value = checkpoint::read_config(dir)?;
+        let model_type = json
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("no model_type".into()))?
+            .to_string();
+        let cfg = match model_type.as_str() {
+            "gpt2" => serde_json::from_value(json).map(Self::Gpt2),
+            "llama" | "mistral" | "qwen2" => serde_json::from_value(json).map(Self::Llama),
+            other => {
+                return Err(bad(format!(
+                    "model_type {other:?} is not a decoder this crate loads; it loads {}",
+                    MODEL_TYPES.join(", ")
+                ))
+                .into());
+            }
+        }
+        .map_err(|e| bad(e.to_string()))?;
+        cfg.decoder().map_err(|e| bad(e.to_string()))?;
+        Ok(cfg)
+    }
+
+    /// HF's `model_type`.
+    pub fn model_type(&self) -> &str {
+        match self {
+            Self::Gpt2(_) => "gpt2",
+            Self::Llama(c) => &c.model_type,
+        }
+    }
+
+    /// HF's architecture name of the causal LM.
+    pub fn architecture(&self) -> &'static str {
+        match self.model_type() {
+            "gpt2" => "GPT2LMHeadModel",
+            "mistral" => "MistralForCausalLM",
+            "qwen2" => "Qwen2ForCausalLM",
+            _ => "LlamaForCausalLM",
+        }
+    }
+
+    /// The end-of-text tokens, where the config names them.
+    pub fn eos_token_ids(&self) -> Vec<usize> {
+        let eos = match self {
+            Self::Gpt2(c) => &c.eos_token_id,
+            Self::Llama(c) => &c.eos_token_id,
+        };
+        eos.as_ref().map(TokenIds::ids).unwrap_or_default()
+    }
+
+    fn tied(&self) -> bool {
+        match self {
+            Self::Gpt2(c) => c.tie_word_embeddings,
+            Self::Llama(c) => c.tie_word_embeddings,
+        }
+    }
+
+    /// The zoo's configuration of the same model (no dropout: checkpoints are loaded for
+    /// inference or fine-tuning, where the caller sets it).
+    ///
+    /// # Errors
+    /// A setting the zoo does not implement, or sizes that do not fit together.
+    pub fn decoder(&self) -> Result<DecoderConfig> {
+        let cfg = match self {
+            Self::Gpt2(c) => gpt2_decoder(c)?,
+            Self::Llama(c) => llama_decoder(c)?,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn key_map(&self) -> KeyMap {
+        let map = match self {
+            Self::Gpt2(_) => KeyMap::new()
+                .tables(&GPT2_LOAD, &GPT2_SAVE)
+                // Old checkpoints keep the causal mask as a buffer.
+                .ignore(r"\.attn\.(bias|masked_bias)$")
+                .untransposed(r"^layers\.\d+\.(self_attn|mlp)\.[a-z_]+\.weight$"),
+            Self::Llama(_) => KeyMap::new()
+                .tables(&LLAMA_LOAD, &LLAMA_SAVE)
+                .ignore(r"\.rotary_emb\.inv_freq$"),
+        };
+        if self.tied() {
+            // A tied head is the embedding; a copy in the file is not another weight.
+            map.ignore(r"^lm_head\.weight$")
+        } else {
+            map
+        }
+    }
+}
+
+fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
+    if c.scale_attn_by_inverse_layer_idx {
+        return Err(unsupported("scale_attn_by_inverse_layer_idx = true".into()));
+    }
+    Ok(
+        DecoderConfig::new(c.vocab_size, c.n_embd, c.n_layer, c.n_head, c.n_positions)
+            .with_d_ff(Some(c.n_inner.unwrap_or(4 * c.n_embd)))
+            .with_activation(c.activation_function.ffn())
+            .with_norm_eps(c.layer_norm_epsilon)
+            .with_tie_embeddings(c.tie_word_embeddings)
+            .with_attn_scale((!c.scale_attn_weights).then_some(1.0)),
+    )
+}
+
+fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
+    let default = |t: Option<&String>| t.is_none_or(|t| t == "default");
+    if let Some(p) = &c.rope_parameters
+        && !default(p.rope_type.as_ref())
+    {
+        return Err(unsupported(format!(
+            "rope_parameters.rope_type {:?} (only \"default\" RoPE is implemented)",
+            p.rope_type.as_deref().unwrap_or_default()
+        )));
+    }
+    if let Some(s) = c.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+        let kind = s
+            .get("rope_type")
+            .or_else(|| s.get("type"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        if !default(kind.as_ref()) {
+            return Err(unsupported(format!("rope_scaling {s}")));
+        }
+    }
+    let theta = c
+        .rope_parameters
+        .as_ref()
+        .and_then(|p| p.rope_theta)
+        .or(c.rope_theta)
+        .unwrap_or(10000.0);
+    let activation = match c.hidden_act {
+        HiddenAct::Silu => FfnActivation::SwiGlu,
+        HiddenAct::GeluTanh => FfnActivation::GeGlu,
+        other => {
+            return Err(unsupported(format!(
+                "hidden_act {other:?} in a gated MLP (silu and gelu_pytorch_tanh are implemented)"
+            )));
+        }
+    };
+    let window = match c.model_type.as_str() {
+        "mistral" => c.sliding_window,
+        "qwen2" if c.use_sliding_window == Some(true) => {
+            let layers = c.other.get("layer_types").and_then(Value::as_array);
+            let mixed = layers.is_some_and(|l| l.iter().any(|t| t != "sliding_attention"));
+            if mixed {
+                return Err(unsupported(
+                    "use_sliding_window with full-attention layers among sliding ones".into(),
+                ));
+            }
+            c.sliding_window
+        }
+        _ => None,
+    };
+    let qkv_bias = c.attention_bias || c.model_type == "qwen2";
+    Ok(DecoderConfig::new(
+        c.vocab_size,
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.max_position_embeddings,
+    )
+    .llama_style()
+    .with_n_kv_heads(Some(
+        c.num_key_value_heads.unwrap_or(c.num_attention_heads),
+    ))
+    .with_head_dim(c.head_dim)
+    .with_d_ff(Some(c.intermediate_size))
+    .with_activation(activation)
+    .with_positions(PositionKind::Rope {
+        theta,
+        layout: RopeLayout::HalfSplit,
+    })
+    .with_norm_eps(c.rms_norm_eps)
+    .with_tie_embeddings(c.tie_word_embeddings)
+    .with_qkv_bias(Some(qkv_bias))
+    .with_out_bias(Some(c.attention_bias))
+    .with_mlp_bias(Some(c.mlp_bias))
+    .with_sliding_window(window))
+}
+
+/// GPT-2 names (with or without `transformer.`) to module paths.
+const GPT2_LOAD: [(&str, &str); 9] = [
+    (r"^transformer\.", ""),
+    (r"^h\.(\d+)\.ln_1\.", "layers.${1}.norm_1."),
+    (r"^h\.(\d+)\.ln_2\.", "layers.${1}.norm_2."),
+    (r"^h\.(\d+)\.attn\.c_attn\.", "layers.${1}.self_attn.qkv_proj."),
+    (r"^h\.(\d+)\.attn\.c_proj\.", "layers.${1}.self_attn.o_proj."),
+    (r"^h\.(\d+)\.mlp\.c_fc\.", "layers.${1}.mlp.up_proj."),
+    (r"^h\.(\d+)\.mlp\.c_proj\.", "layers.${1}.mlp.down_proj."),
+    (r"^wpe\.", "wpe.embedding."),
+    (r"^ln_f\.", "norm_f."),
+];
+
+/// Module paths to `GPT2LMHeadModel` names.
+const GPT2_SAVE: [(&str, &str); 11] = [
+    (r"^layers\.(\d+)\.norm_1\.", "transformer.h.${1}.ln_1."),
+    (r"^layers\.(\d+)\.norm_2\.", "transformer.h.${1}.ln_2."),
+    (
+        r"^layers\.(\d+)\.self_attn\.qkv_proj\.",
+        "transformer.h.${1}.attn.c_attn.",
+    ),
+    (
+        r"^layers\.(\d+)\.self_attn\.o_proj\.",
+        "transformer.h.${1}.attn.c_proj.",
+    ),
+    (r"^layers\.(\d+)\.mlp\.up_proj\.", "transformer.h.${1}.mlp.c_fc."),
+    (
+        r"^layers\.(\d+)\.mlp\.down_proj\.",
+        "transformer.h.${1}.mlp.c_proj.",
+    ),
+    (r"^wte\.", "transformer.wte."),
+    (r"^wpe\.embedding\.", "transformer.wpe."),
+    (r"^norm_f\.", "transformer.ln_f."),
+    (r"\.gamma$", ".weight"),
+    (r"\.beta$", ".bias"),
+];
+
+/// Llama-family names to module paths.
+const LLAMA_LOAD: [(&str, &str); 5] = [
+    (r"^model\.embed_tokens\.", "wte."),
+    (r"^model\.layers\.(\d+)\.input_layernorm\.", "layers.${1}.norm_1."),
+    (
+        r"^model\.layers\.(\d+)\.post_attention_layernorm\.",
+        "layers.${1}.norm_2.",
+    ),
+    (r"^model\.layers\.", "layers."),
+    (r"^model\.norm\.", "norm_f."),
+];
+
+/// Module paths to Llama-family names.
+const LLAMA_SAVE: [(&str, &str); 6] = [
+    (r"^wte\.", "model.embed_tokens."),
+    (r"^layers\.(\d+)\.norm_1\.", "model.layers.${1}.input_layernorm."),
+    (
+        r"^layers\.(\d+)\.norm_2\.",
+        "model.layers.${1}.post_attention_layernorm.",
+    ),
+    (r"^layers\.", "model.layers."),
+    (r"^norm_f\.", "model.norm."),
+    (r"\.gamma$", ".weight"),
+];
+
+impl DecoderLm {
+    /// Loads an HF causal-LM checkpoint folder: `config.json` (`model_type` gpt2, llama,
+    /// mistral or qwen2) and its weights.
+    ///
+    /// # Errors
+    /// A missing or invalid `config.json`, an unsupported setting, no weights file, or
+    /// tensors that do not fit, all of them named with their shapes.
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &burn::tensor::Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let hf = HfDecoderConfig::from_pretrained(dir)?;
+        let mut model = hf.decoder()?.init(device)?;
+        checkpoint::load_into(&mut model, dir, &hf.key_map())?;
+        Ok(model)
+    }
+
+    /// Writes the model as an HF checkpoint folder of `config`'s architecture:
+    /// `model.safetensors` in HF's layout and `config.json`. Each file appears whole or
+    /// not at all.
+    ///
+    /// # Errors
+    /// A config that does not describe this model's sizes, or a folder that cannot be
+    /// written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>, config: &HfDecoderConfig) -> Result<()> {
+        let dir = dir.as_ref();
+        let want = config.decoder()?;
+        let fits = want.vocab_size == self.vocab_size()
+            && want.max_len == self.max_len()
+            && want.n_layers == self.layers.len()
+            && want.tie_embeddings == self.lm_head.is_none()
+            && want.sliding_window == self.sliding_window();
+        if !fits {
+            return Err(DecoderError::Config(format!(
+                "the {} config does not describe this model (vocab_size {}, max_len {}, {} layers, \
+                 tied head {}, sliding window {:?})",
+                config.model_type(),
+                self.vocab_size(),
+                self.max_len(),
+                self.layers.len(),
+                self.lm_head.is_none(),
+                self.sliding_window()
+            )));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| CheckpointError::Io {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        checkpoint::save_safetensors(self, &dir.join("model.safetensors"), &config.key_map())?;
+        match config {
+            HfDecoderConfig::Gpt2(c) => {
+                checkpoint::write_config(dir, c, "gpt2", config.architecture())?
+            }
+            HfDecoderConfig::Llama(c) => {
+                checkpoint::write_config(dir, c, config.model_type(), config.architecture())?
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama_json() -> Value {
+        serde_json::json!({
+            "model_type": "llama", "vocab_size": 50, "hidden_size": 32,
+            "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "max_position_embeddings": 16,
+            "rope_parameters": {"rope_theta": 500.0, "rope_type": "default"},
+        })
+    }
+
+    fn parse(json: Value) -> Result<HfDecoderConfig> {
+        let dir = std::env::temp_dir().join(format!(
+            "zoo-decoder-config-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), json.to_string()).unwrap();
+        let out = HfDecoderConfig::from_pretrained(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        out
+    }
+
+    #[test]
+    fn llama_fields_become_the_decoder_config() {
+        let cfg = parse(llama_json()).unwrap();
+        let d = cfg.decoder().unwrap();
+        assert_eq!((d.n_heads, d.n_kv_heads, d.d_ff), (4, Some(2), Some(48)));
+        assert_eq!(
+            d.positions,
+            PositionKind::Rope {
+                theta: 500.0,
+                layout: RopeLayout::HalfSplit
+            }
+        );
+        assert!(!d.tie_embeddings && d.sliding_window.is_none());
+        assert_eq!(d.qkv_bias, Some(false));
+        // The older top-level rope_theta is read too.
+        let mut old = llama_json();
+        old.as_object_mut().unwrap().remove("rope_parameters");
+        old["rope_theta"] = 1234.0.into();
+        let d = parse(old).unwrap().decoder().unwrap();
+        assert!(matches!(d.positions, PositionKind::Rope { theta, .. } if theta == 1234.0));
+        // Qwen2 has Q, K, V biases and no output bias; its window is off unless asked.
+        let mut qwen = llama_json();
+        qwen["model_type"] = "qwen2".into();
+        qwen["sliding_window"] = 4.into();
+        let d = parse(qwen).unwrap().decoder().unwrap();
+        assert_eq!((d.qkv_bias, d.out_bias), (Some(true), Some(false)));
+        assert_eq!(d.sliding_window, None);
+        let mut mistral = llama_json();
+        mistral["model_type"] = "mistral".into();
+        mistral["sliding_window"] = 4.into();
+        let d = parse(mistral).unwrap().decoder().unwrap();
+        assert_eq!(d.sliding_window, Some(4));
+    }
+
+    #[test]
+    fn unsupported_settings_are_named() {
+        let cases: [(&str, Value, &str); 5] = [
+            (
+                "model_type",
+                serde_json::json!("bert"),
+                "model_type \"bert\" is not a decoder this crate loads; it loads gpt2, llama, \
+                 mistral, qwen2",
+            ),
+            (
+                "rope_parameters",
+                serde_json::json!({"rope_type": "yarn", "rope_theta": 1.0}),
+                "rope_type \"yarn\"",
+            ),
+            ("hidden_act", serde_json::json!("relu"), "hidden_act Relu"),
+            (
+                "num_key_value_heads",
+                serde_json::json!(3),
+                "n_heads 4 is not divisible by n_kv_heads 3",
+            ),
+            ("vocab_size", serde_json::json!(-1), "invalid value: integer `-1`"),
+        ];
+        for (field, value, want) in cases {
+            let mut json = llama_json();
+            json[field] = value;
+            let e = parse(json).unwrap_err().to_string();
+            assert!(e.contains("config.json: "), "{e}");
+            assert!(e.contains(want), "{field}: {e}");
+        }
+    }
+}

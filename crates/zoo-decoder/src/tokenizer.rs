@@ -1,0 +1,134 @@
+//! The tokenizer of a causal-LM checkpoint, from its `tokenizer.json` through the
+//! `tokenizers` crate: GPT-2's byte-level BPE, Llama's SentencePiece-style BPE, or any other
+//! that file describes. Text streams out token by token through [`TextStream`].
+
+use std::path::Path;
+
+use crate::error::{DecoderError, Result};
+
+fn tok_err(what: &str, e: impl std::fmt::Display) -> DecoderError {
+    DecoderError::Tokenizer(format!("{what}: {e}"))
+}
+
+/// A checkpoint's tokenizer.
+#[derive(Clone)]
+pub struct LmTokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl std::fmt::Debug for LmTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LmTokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .finish()
+    }
+}
+
+impl LmTokenizer {
+    /// Loads a `tokenizer.json`.
+    ///
+    /// # Errors
+    /// A missing or malformed file, named.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if !path.is_file() {
+            return Err(tok_err(&path.display().to_string(), "no such file"));
+        }
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| tok_err(&path.display().to_string(), e))?;
+        Ok(Self { inner })
+    }
+
+    /// Loads `dir/tokenizer.json`.
+    ///
+    /// # Errors
+    /// As [`Self::from_file`].
+    pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::from_file(dir.as_ref().join("tokenizer.json"))
+    }
+
+    /// Vocabulary size, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The id of a token, if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<usize> {
+        self.inner.token_to_id(token).map(|id| id as usize)
+    }
+
+    /// Token ids of `text`, with the special tokens the tokenizer adds (Llama's `<s>`).
+    ///
+    /// # Errors
+    /// What the tokenizer rejects.
+    pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
+        let enc = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| tok_err("encode", e))?;
+        Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
+    }
+
+    /// The text of `ids`, special tokens left out.
+    ///
+    /// # Errors
+    /// An id outside the vocabulary, named.
+    pub fn decode(&self, ids: &[usize]) -> Result<String> {
+        let vocab = self.vocab_size();
+        if let Some(&id) = ids.iter().find(|&&id| id >= vocab) {
+            return Err(tok_err(
+                "decode",
+                format!("token id {id} is out of range for vocab_size {vocab}"),
+            ));
+        }
+        let ids: Vec<u32> = ids.iter().map(|&id| id as u32).collect();
+        self.inner
+            .decode(&ids, true)
+            .map_err(|e| tok_err("decode", e))
+    }
+}
+
+/// Turns tokens into text as they come: each [`TextStream::push`] returns the text that
+/// the new token completes. A token that ends inside a multi-byte character holds its
+/// text back until the character is whole.
+#[derive(Debug, Clone)]
+pub struct TextStream<'a> {
+    tokenizer: &'a LmTokenizer,
+    ids: Vec<usize>,
+    shown: usize,
+}
+
+impl<'a> TextStream<'a> {
+    /// An empty stream.
+    pub fn new(tokenizer: &'a LmTokenizer) -> Self {
+        Self {
+            tokenizer,
+            ids: Vec::new(),
+            shown: 0,
+        }
+    }
+
+    /// Adds a token and returns the new text, possibly empty.
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn push(&mut self, id: usize) -> Result<String> {
+        self.ids.push(id);
+        let text = self.tokenizer.decode(&self.ids)?;
+        // An incomplete byte sequence decodes to U+FFFD: wait for the rest.
+        if text.ends_with('\u{FFFD}') || text.len() < self.shown {
+            return Ok(String::new());
+        }
+        let new = text.get(self.shown..).unwrap_or_default().to_string();
+        self.shown = text.len();
+        Ok(new)
+    }
+
+    /// Everything decoded so far.
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn text(&self) -> Result<String> {
+        self.tokenizer.decode(&self.ids)
+    }
+}

@@ -124,6 +124,18 @@ impl<'a> TextStream<'a> {
         Ok(new)
     }
 
+    /// The text not returned yet: what an unfinished character held back, decoded as
+    /// it stands (with U+FFFD for the missing bytes).
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn finish(&mut self) -> Result<String> {
+        let text = self.tokenizer.decode(&self.ids)?;
+        let rest = text.get(self.shown..).unwrap_or_default().to_string();
+        self.shown = text.len();
+        Ok(rest)
+    }
+
     /// Everything decoded so far.
     ///
     /// # Errors

@@ -1,0 +1,43 @@
+//! The command line's error: every failure is one line for a person to read.
+
+use std::path::PathBuf;
+
+/// What can go wrong running a command.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A file that cannot be read or written, or does not parse.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Input that the command cannot use.
+    #[error("{0}")]
+    Input(String),
+    /// The folder's model cannot do what the command asks.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The device.
+    #[error(transparent)]
+    Device(#[from] zoo_device::DeviceError),
+    /// A checkpoint that cannot be read.
+    #[error(transparent)]
+    Checkpoint(#[from] zoo_core::CheckpointError),
+    /// Generation.
+    #[error(transparent)]
+    Core(#[from] zoo_core::CoreError),
+    /// The decoder family.
+    #[error(transparent)]
+    Decoder(#[from] zoo_decoder::DecoderError),
+    /// The encoder family.
+    #[error(transparent)]
+    Encoder(#[from] zoo_encoder::EncoderError),
+    /// The vision family.
+    #[error(transparent)]
+    Vision(#[from] zoo_vision::VisionError),
+}
+
+/// Shorthand for results of the command line.
+pub type Result<T, E = CliError> = std::result::Result<T, E>;

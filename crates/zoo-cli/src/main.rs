@@ -1,0 +1,443 @@
+//! `zoo`: one command line over the HF checkpoints of every family.
+//!
+//! ```text
+//! zoo info     --model DIR
+//! zoo forward  --model DIR --input IN.json --output OUT.json
+//! zoo generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] ...
+//! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
+//! zoo embed    --model DIR --input IN.json --output OUT.json
+//! ```
+//!
+//! Every command takes `--device` (flex, ndarray, wgpu, tch, tch-cuda, cuda) and picks the
+//! model from `config.json`'s `model_type` and `architectures`. A failure is one line on
+//! stderr, `error: ...`, and exit status 1.
+
+mod error;
+mod json;
+mod models;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use burn::tensor::{Device, Tensor, activation::softmax};
+use clap::{Parser, Subcommand};
+use zoo_core::{GenerationConfig, WeightsFile, generate};
+use zoo_decoder::{LmTokenizer, TextStream};
+use zoo_encoder::{BertTokenizer, SentenceEncoder};
+use zoo_vision::ImageProcessor;
+
+use crate::error::{CliError, Result};
+use crate::models::{Checkpoint, Loaded, floats};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "zoo",
+    version,
+    about = "Run HuggingFace checkpoints of the Burn Model Zoo's families: GPT-2, Llama, \
+             Mistral, Qwen2, BERT (and sentence-transformers), ViT."
+)]
+struct Cli {
+    /// Backend to run on: flex, ndarray, wgpu, tch, tch-cuda or cuda (`cuda:1` for another GPU).
+    #[arg(long, global = true, default_value = "flex")]
+    device: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Architecture, parameter count, dtype and tensors of a checkpoint folder.
+    Info {
+        /// The checkpoint folder (config.json and its weights).
+        #[arg(long)]
+        model: PathBuf,
+    },
+    /// The raw outputs for HF forward arguments read from JSON, for checking against
+    /// other implementations.
+    Forward {
+        /// The checkpoint folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// A JSON object of HF forward arguments: input_ids, attention_mask,
+        /// token_type_ids ([batch][length] integers), pixel_values
+        /// ([batch][channels][height][width] floats), interpolate_pos_encoding.
+        #[arg(long)]
+        input: PathBuf,
+        /// Where to write the outputs as a JSON object of nested float lists (logits, or
+        /// last_hidden_state and pooler_output).
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// Continues a prompt with a causal LM (gpt2, llama, mistral, qwen2), streaming the text.
+    Generate(GenerateArgs),
+    /// The top labels of an image (ViTForImageClassification) or a text
+    /// (BertForSequenceClassification), with probabilities.
+    Classify {
+        /// The checkpoint folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// An image file (PNG or JPEG).
+        #[arg(long, conflicts_with = "text", required_unless_present = "text")]
+        image: Option<PathBuf>,
+        /// A text.
+        #[arg(long)]
+        text: Option<String>,
+        /// How many labels to show.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+    },
+    /// Sentence embeddings from a sentence-transformers folder.
+    Embed {
+        /// The sentence-transformers folder (modules.json, 1_Pooling/config.json, the
+        /// BERT checkpoint and its tokenizer).
+        #[arg(long)]
+        model: PathBuf,
+        /// A JSON file {"sentences": ["...", ...]}.
+        #[arg(long)]
+        input: PathBuf,
+        /// Where to write {"embeddings": [[...], ...]}.
+        #[arg(long)]
+        output: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    /// The checkpoint folder, with its tokenizer.json.
+    #[arg(long)]
+    model: PathBuf,
+    /// The text to continue.
+    #[arg(long)]
+    prompt: String,
+    /// Most tokens to add.
+    #[arg(long, default_value_t = 50)]
+    max_new_tokens: usize,
+    /// Sampling temperature; 0 picks the most likely token (greedy).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    temperature: f64,
+    /// Sample only among the k most likely tokens.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample only among the most likely tokens whose probabilities reach p.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Penalty on tokens already in the text (1 is off).
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f64,
+    /// Beams of beam search; only 1 (no beam search) is implemented.
+    #[arg(long, default_value_t = 1)]
+    num_beams: usize,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Whatever was streamed ends its line before the error.
+            let _ = std::io::stdout().flush();
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let device = || -> Result<Device> { Ok(zoo_device::select_by_name(&cli.device)?) };
+    match cli.command {
+        Command::Info { model } => info(&model, &device()?),
+        Command::Forward {
+            model,
+            input,
+            output,
+        } => forward(&model, &input, &output, &device()?),
+        Command::Generate(args) => generate_text(&args, &device()?),
+        Command::Classify {
+            model,
+            image,
+            text,
+            top,
+        } => classify(&model, image.as_deref(), text.as_deref(), top, &device()?),
+        Command::Embed {
+            model,
+            input,
+            output,
+        } => embed(&model, &input, &output, &device()?),
+    }
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn dtype_name(dtype: burn::tensor::DType) -> String {
+    use burn::tensor::DType;
+    match dtype {
+        DType::F64 => "float64".into(),
+        DType::F32 => "float32".into(),
+        DType::F16 => "float16".into(),
+        DType::BF16 => "bfloat16".into(),
+        DType::I64 => "int64".into(),
+        DType::I32 => "int32".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+fn info(dir: &Path, device: &Device) -> Result<()> {
+    let ck = Checkpoint::detect(dir)?;
+    let model = ck.load(device)?;
+    let file = WeightsFile::find(dir)?;
+    let tensors = file.tensors()?;
+    let dtypes: BTreeSet<String> = tensors.values().map(|t| dtype_name(t.dtype)).collect();
+    let shown = |p: &Path| {
+        p.file_name()
+            .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+    };
+    println!("model:        {}", dir.display());
+    println!("model_type:   {}", ck.model_type);
+    println!("architecture: {}", ck.architecture);
+    println!("parameters:   {}", thousands(model.num_params()));
+    let dtypes = dtypes.into_iter().collect::<Vec<_>>().join(", ");
+    if dtypes == "float32" {
+        println!("dtype:        {dtypes}");
+    } else {
+        println!("dtype:        {dtypes} (loaded as float32)");
+    }
+    println!(
+        "weights:      {} ({} tensors)",
+        shown(file.path()),
+        tensors.len()
+    );
+    let width = tensors.keys().map(String::len).max().unwrap_or(0);
+    for (name, t) in &tensors {
+        println!(
+            "  {name:<width$}  {:<14} {}",
+            format!("{:?}", t.shape.to_vec()),
+            dtype_name(t.dtype)
+        );
+    }
+    Ok(())
+}
+
+fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<()> {
+    let parsed = json::forward_input(&json::read(input)?).map_err(|e| match e {
+        CliError::Input(m) => CliError::File {
+            path: input.to_path_buf(),
+            message: m,
+        },
+        other => other,
+    })?;
+    let ck = Checkpoint::detect(dir)?;
+    let accepted = ck.inputs();
+    if let Some(key) = parsed.keys().into_iter().find(|k| !accepted.contains(k)) {
+        return Err(CliError::Input(format!(
+            "{key} is not an input of {} (it takes {})",
+            ck.architecture,
+            accepted.join(", ")
+        )));
+    }
+    let model = ck.load(device)?;
+    let outputs = model.forward(&parsed, device)?;
+    json::write_outputs(output, &outputs)?;
+    let names: Vec<String> = outputs
+        .iter()
+        .map(|(name, _, shape)| format!("{name} {shape:?}"))
+        .collect();
+    eprintln!("wrote {}: {}", output.display(), names.join(", "));
+    Ok(())
+}
+
+fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
+    let ck = Checkpoint::detect(&args.model)?;
+    let Loaded::Decoder(model, hf) = ck.load(device)? else {
+        return Err(CliError::Unsupported(format!(
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2); {} is {} ({})",
+            args.model.display(),
+            ck.model_type,
+            ck.architecture
+        )));
+    };
+    if args.num_beams != 1 {
+        return Err(CliError::Unsupported(format!(
+            "--num-beams {}: beam search is not implemented yet; use --num-beams 1",
+            args.num_beams
+        )));
+    }
+    let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
+    let prompt = tokenizer.encode(&args.prompt)?;
+    if prompt.is_empty() {
+        return Err(CliError::Input("the prompt has no tokens".into()));
+    }
+    let mut cfg = if args.temperature > 0.0 {
+        GenerationConfig::sampling(args.max_new_tokens, args.temperature, args.seed)
+    } else if args.temperature == 0.0 {
+        GenerationConfig::greedy(args.max_new_tokens)
+    } else {
+        return Err(CliError::Input(format!(
+            "--temperature must be >= 0, got {}",
+            args.temperature
+        )));
+    };
+    if let Some(k) = args.top_k {
+        cfg = cfg.with_top_k(k);
+    }
+    if let Some(p) = args.top_p {
+        cfg = cfg.with_top_p(p);
+    }
+    cfg = cfg
+        .with_repetition_penalty(args.repetition_penalty)
+        .with_stop_tokens(hf.eos_token_ids());
+    cfg.validate()?;
+    let mut stdout = std::io::stdout();
+    print!("{}", args.prompt);
+    let _ = stdout.flush();
+    let mut stream = TextStream::new(&tokenizer);
+    let mut failed = None;
+    let out = generate(&model, &[prompt], &cfg, |_, token| {
+        if failed.is_some() {
+            return;
+        }
+        match stream.push(token) {
+            Ok(piece) => {
+                print!("{piece}");
+                let _ = stdout.flush();
+            }
+            Err(e) => failed = Some(e),
+        }
+    })?;
+    if let Some(e) = failed {
+        println!();
+        return Err(e.into());
+    }
+    println!("{}", stream.finish()?);
+    let n = out.tokens.first().map_or(0, Vec::len);
+    eprintln!(
+        "[{n} new tokens in {:.2} s, {:.1} tokens/s{}]",
+        out.elapsed.as_secs_f64(),
+        out.tokens_per_second(),
+        if out.stopped.first() == Some(&true) {
+            ", stopped at the end-of-text token"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+fn classify(
+    dir: &Path,
+    image: Option<&Path>,
+    text: Option<&str>,
+    top: usize,
+    device: &Device,
+) -> Result<()> {
+    if top == 0 {
+        return Err(CliError::Input("--top must be > 0, got 0".into()));
+    }
+    let ck = Checkpoint::detect(dir)?;
+    let (logits, labels): (Tensor<2>, Vec<String>) = match (ck.load(device)?, image, text) {
+        (Loaded::VitClassifier(model), Some(path), None) => {
+            let size = model.vit.config().image_size;
+            let processor = if dir.join("preprocessor_config.json").is_file() {
+                ImageProcessor::from_pretrained(dir)?
+            } else {
+                ImageProcessor::vit(size)
+            };
+            let pixels = processor.load(&[path], device)?;
+            let (logits, _) = model.forward(zoo_vision::ImageInput::new(pixels))?;
+            (logits, model.vit.config().labels())
+        }
+        (Loaded::BertSequence(model), None, Some(text)) => {
+            let tokenizer = BertTokenizer::from_pretrained(dir, model.bert.max_len())?;
+            let batch = tokenizer.encode_batch(&[text])?;
+            let logits = model.forward(batch.to_input(device))?;
+            (logits, model.bert.config().labels())
+        }
+        (Loaded::VitClassifier(_), _, _) => {
+            return Err(CliError::Input(format!(
+                "{} classifies images: use --image",
+                ck.architecture
+            )));
+        }
+        (Loaded::BertSequence(_), _, _) => {
+            return Err(CliError::Input(format!(
+                "{} classifies text: use --text",
+                ck.architecture
+            )));
+        }
+        _ => {
+            return Err(CliError::Unsupported(format!(
+                "classify needs ViTForImageClassification or BertForSequenceClassification; {} is {}",
+                dir.display(),
+                ck.architecture
+            )));
+        }
+    };
+    let probs = floats(softmax(logits, 1))?;
+    let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (class, p) in ranked.into_iter().take(top) {
+        let label = labels
+            .get(class)
+            .cloned()
+            .unwrap_or_else(|| format!("LABEL_{class}"));
+        println!("{p:.4}  {label}");
+    }
+    Ok(())
+}
+
+fn embed(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<()> {
+    let sentences = json::sentences(&json::read(input)?).map_err(|e| match e {
+        CliError::Input(m) => CliError::File {
+            path: input.to_path_buf(),
+            message: m,
+        },
+        other => other,
+    })?;
+    if !dir.is_dir() {
+        return Err(CliError::File {
+            path: dir.to_path_buf(),
+            message: "no such model folder".into(),
+        });
+    }
+    let encoder = SentenceEncoder::from_pretrained(dir, device)?;
+    let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    let embeddings = encoder.encode(&refs, 32, device)?;
+    let shape = embeddings.dims().to_vec();
+    let values = floats(embeddings)?;
+    json::write_outputs(output, &[("embeddings", values, shape.clone())])?;
+    eprintln!(
+        "wrote {}: {} embeddings of {} values",
+        output.display(),
+        shape[0],
+        shape[1]
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(124_439_808), "124,439,808");
+    }
+}

@@ -1,0 +1,707 @@
+//! The built `zoo` binary, run as a user runs it, on the committed fixtures of every
+//! family, on the backend under test (`--device` from `ZOO_TEST_DEVICE`, flex by
+//! default): `forward` against `transformers`' outputs within 1e-4, `generate`,
+//! `classify` and `info` against the libraries they sit on, `embed` against
+//! sentence-transformers on the real all-MiniLM-L6-v2, and a table of bad inputs, each with
+//! its one-line message and exit status 1.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use burn::module::Module;
+use burn::tensor::activation::softmax;
+use serde_json::{Value, json};
+use zoo_core::{GenerationConfig, generate};
+use zoo_decoder::{DecoderLm, HfDecoderConfig, LmTokenizer};
+use zoo_device::testing::max_abs_diff_slices;
+use zoo_device::{test_backend, test_device};
+use zoo_vision::{ImageInput, ImageProcessor, ViTForImageClassification};
+
+fn crates() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn fixture(family: &str, name: &str) -> PathBuf {
+    crates()
+        .join(family)
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn gpt2() -> PathBuf {
+    fixture("zoo-decoder", "gpt2-tiny")
+}
+
+struct Run {
+    status: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `zoo ARGS --device <backend under test>`.
+fn zoo(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(args)
+        .args(["--device", test_backend().as_str()])
+        .output()
+        .expect("the zoo binary runs");
+    Run {
+        status: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn ok(args: &[&str]) -> Run {
+    let run = zoo(args);
+    assert_eq!(run.status, Some(0), "{args:?} failed:\n{}", run.stderr);
+    run
+}
+
+/// A fresh folder for one test.
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("zoo-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn flat(v: &Value) -> Vec<f32> {
+    match v {
+        Value::Array(items) => items.iter().flat_map(flat).collect(),
+        x => vec![x.as_f64().unwrap() as f32],
+    }
+}
+
+fn shape(v: &Value) -> Vec<usize> {
+    match v {
+        Value::Array(items) => {
+            let mut s = vec![items.len()];
+            s.extend(shape(&items[0]));
+            s
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Runs `forward` on `input` and checks each named output against `expected.json`'s.
+fn check_forward(dir: &Path, input: Value, outputs: &[(&str, &str)]) {
+    let tmp = tempdir(&format!(
+        "forward-{}",
+        dir.file_name().unwrap().to_string_lossy()
+    ));
+    let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
+    std::fs::write(&inp, input.to_string()).unwrap();
+    ok(&[
+        "forward",
+        "--model",
+        dir.to_str().unwrap(),
+        "--input",
+        inp.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let got = read_json(&out);
+    let want = read_json(&dir.join("expected.json"));
+    assert_eq!(
+        got.as_object().unwrap().len(),
+        outputs.len(),
+        "{}: {:?}",
+        dir.display(),
+        got.as_object().unwrap().keys().collect::<Vec<_>>()
+    );
+    for (name, key) in outputs {
+        let w = &want[key];
+        assert_eq!(shape(&got[name]), flat_shape(&w["shape"]), "{name}");
+        let diff = max_abs_diff_slices(&flat(&got[name]), &flat(&w["values"]));
+        assert!(diff <= 1e-4, "{}: {name} differs by {diff}", dir.display());
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+fn flat_shape(v: &Value) -> Vec<usize> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect()
+}
+
+/// `expected.json`'s `{"shape", "values"}` as nested lists.
+fn nest(t: &Value) -> Value {
+    fn go(values: &[Value], shape: &[usize]) -> Value {
+        if shape.len() == 1 {
+            return Value::Array(values.to_vec());
+        }
+        let step = values.len() / shape[0];
+        Value::Array(
+            (0..shape[0])
+                .map(|i| go(&values[i * step..(i + 1) * step], &shape[1..]))
+                .collect(),
+        )
+    }
+    go(t["values"].as_array().unwrap(), &flat_shape(&t["shape"]))
+}
+
+#[test]
+fn forward_matches_transformers_for_every_family() {
+    for name in ["gpt2-tiny", "llama-tiny", "mistral-tiny", "qwen2-tiny"] {
+        let dir = fixture("zoo-decoder", name);
+        let e = read_json(&dir.join("expected.json"));
+        check_forward(
+            &dir,
+            json!({"input_ids": e["input_ids"]}),
+            &[("logits", "logits")],
+        );
+    }
+    let bert = fixture("zoo-encoder", "bert-tiny");
+    let e = read_json(&bert.join("expected.json"));
+    let text_input = json!({
+        "input_ids": e["input_ids"],
+        "attention_mask": e["attention_mask"],
+        "token_type_ids": e["token_type_ids"],
+    });
+    check_forward(
+        &bert,
+        text_input,
+        &[
+            ("last_hidden_state", "last_hidden_state"),
+            ("pooler_output", "pooler_output"),
+        ],
+    );
+    for name in ["bert-tiny-cls", "bert-tiny-mlm"] {
+        let dir = fixture("zoo-encoder", name);
+        let e = read_json(&dir.join("expected.json"));
+        let mut input = json!({"input_ids": e["input_ids"]});
+        for key in ["attention_mask", "token_type_ids"] {
+            if !e[key].is_null() {
+                input[key] = e[key].clone();
+            }
+        }
+        check_forward(&dir, input, &[("logits", "logits")]);
+    }
+    let vit = fixture("zoo-vision", "vit-tiny");
+    let e = read_json(&vit.join("expected.json"));
+    check_forward(
+        &vit,
+        json!({"pixel_values": nest(&e["pixel_values"])}),
+        &[
+            ("last_hidden_state", "last_hidden_state"),
+            ("pooler_output", "pooler_output"),
+        ],
+    );
+    let cls = fixture("zoo-vision", "vit-tiny-cls");
+    let e = read_json(&cls.join("expected.json"));
+    check_forward(
+        &cls,
+        json!({"pixel_values": nest(&e["pixel_values_other"]), "interpolate_pos_encoding": true}),
+        &[("logits", "logits_other")],
+    );
+}
+
+#[test]
+fn generate_streams_the_library_s_greedy_text() {
+    let device = test_device();
+    for name in ["gpt2-tiny", "llama-tiny"] {
+        let dir = fixture("zoo-decoder", name);
+        let prompt = "ROMEO: Wherefore art";
+        let run = ok(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            prompt,
+            "--max-new-tokens",
+            "8",
+        ]);
+        let tok = LmTokenizer::from_pretrained(&dir).unwrap();
+        let model = DecoderLm::from_pretrained(&dir, &device).unwrap();
+        let hf = HfDecoderConfig::from_pretrained(&dir).unwrap();
+        let cfg = GenerationConfig::greedy(8).with_stop_tokens(hf.eos_token_ids());
+        let out = generate(&model, &[tok.encode(prompt).unwrap()], &cfg, |_, _| {}).unwrap();
+        let text = tok.decode(&out.tokens[0]).unwrap();
+        assert_eq!(run.stdout, format!("{prompt}{text}\n"), "{name}");
+        assert!(
+            run.stderr.contains(&format!("[{} new tokens in ", out.tokens[0].len()))
+                && run.stderr.contains("tokens/s"),
+            "{}",
+            run.stderr
+        );
+    }
+    // Sampling is seeded: the same seed gives the same text, another seed another.
+    let sample = |seed: &str| {
+        ok(&[
+            "generate",
+            "--model",
+            gpt2().to_str().unwrap(),
+            "--prompt",
+            "To be",
+            "--temperature",
+            "1.5",
+            "--top-p",
+            "0.95",
+            "--seed",
+            seed,
+        ])
+        .stdout
+    };
+    assert_eq!(sample("1"), sample("1"));
+    assert_ne!(sample("1"), sample("2"));
+}
+
+#[test]
+fn classify_prints_the_top_labels_with_probabilities() {
+    let device = test_device();
+    let dir = fixture("zoo-vision", "vit-tiny-cls");
+    let image = fixture("zoo-vision", "images/gradient.png");
+    let run = ok(&[
+        "classify",
+        "--model",
+        dir.to_str().unwrap(),
+        "--image",
+        image.to_str().unwrap(),
+        "--top",
+        "3",
+    ]);
+    // The same through the library: the folder has no preprocessor_config.json, so the
+    // ViT defaults at the model's size.
+    let model = ViTForImageClassification::from_pretrained(&dir, &device).unwrap();
+    let px = ImageProcessor::vit(30).load(&[&image], &device).unwrap();
+    let probs = softmax(model.forward(ImageInput::new(px)).unwrap().0, 1)
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap();
+    let labels = model.vit.config().labels();
+    let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let want: String = ranked[..3]
+        .iter()
+        .map(|(c, p)| format!("{p:.4}  {}\n", labels[*c]))
+        .collect();
+    assert_eq!(run.stdout, want);
+
+    // Text: the BERT classifier with a vocabulary written beside a copy of it.
+    let src = fixture("zoo-encoder", "bert-tiny-cls");
+    let tmp = tempdir("classify-text");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    let mut vocab = vec!["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    vocab.extend(["the", "king", "is", "dead", "long", "live", "!"].map(String::from));
+    vocab.extend((vocab.len()..99).map(|i| format!("w{i}")));
+    std::fs::write(tmp.join("vocab.txt"), vocab.join("\n")).unwrap();
+    let run = ok(&[
+        "classify",
+        "--model",
+        tmp.to_str().unwrap(),
+        "--text",
+        "The king is dead! Long live the king!",
+    ]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    let probs: Vec<f32> = lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert!(probs.windows(2).all(|w| w[0] >= w[1]), "{probs:?}");
+    assert!((probs.iter().sum::<f32>() - 1.0).abs() < 2e-4, "{probs:?}");
+    let mut names: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["comedy", "history", "tragedy"]);
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn info_reports_the_architecture_parameters_and_tensors() {
+    let device = test_device();
+    let run = ok(&["info", "--model", gpt2().to_str().unwrap()]);
+    let params = DecoderLm::from_pretrained(gpt2(), &device)
+        .unwrap()
+        .num_params();
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines[1], "model_type:   gpt2");
+    assert_eq!(lines[2], "architecture: GPT2LMHeadModel");
+    assert_eq!(
+        lines[3].split_whitespace().nth(1).unwrap().replace(',', ""),
+        params.to_string()
+    );
+    assert_eq!(lines[4], "dtype:        float32");
+    assert_eq!(lines[5], "weights:      model.safetensors (28 tensors)");
+    assert_eq!(lines.len(), 6 + 28);
+    assert!(
+        lines.contains(&"  transformer.h.0.attn.c_attn.weight  [24, 72]       float32"),
+        "{}",
+        run.stdout
+    );
+    let run = ok(&[
+        "info",
+        "--model",
+        fixture("zoo-decoder", "gpt2-tiny-bf16").to_str().unwrap(),
+    ]);
+    assert!(
+        run.stdout
+            .contains("dtype:        bfloat16 (loaded as float32)"),
+        "{}",
+        run.stdout
+    );
+    let run = ok(&[
+        "info",
+        "--model",
+        fixture("zoo-decoder", "llama-tiny-sharded").to_str().unwrap(),
+    ]);
+    assert!(
+        run.stdout
+            .contains("weights:      model.safetensors.index.json (21 tensors)"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// The fetched all-MiniLM-L6-v2: `$ZOO_MINILM_DIR`, else `<cache>/models/all-MiniLM-L6-v2`.
+fn minilm_dir() -> PathBuf {
+    let dir = std::env::var_os("ZOO_MINILM_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| zoo_core::checkpoint::cache_dir().join("models/all-MiniLM-L6-v2"));
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "all-MiniLM-L6-v2 is not in {}: run `cargo xtask fetch minilm` first",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn embed_matches_sentence_transformers_on_minilm() {
+    let e = read_json(&fixture("zoo-encoder", "minilm/expected.json"));
+    let tmp = tempdir("embed");
+    let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
+    std::fs::write(&inp, json!({"sentences": e["sentences"]}).to_string()).unwrap();
+    let run = ok(&[
+        "embed",
+        "--model",
+        minilm_dir().to_str().unwrap(),
+        "--input",
+        inp.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.stderr.contains("7 embeddings of 384 values"),
+        "{}",
+        run.stderr
+    );
+    let got = read_json(&out);
+    assert_eq!(shape(&got["embeddings"]), [7, 384]);
+    let diff = max_abs_diff_slices(&flat(&got["embeddings"]), &flat(&e["embeddings"]));
+    assert!(diff <= 1e-4, "embeddings differ by {diff}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_problem() {
+    let tmp = tempdir("errors");
+    let t = |name: &str| tmp.join(name).to_str().unwrap().to_string();
+    let write = |name: &str, text: &str| std::fs::write(tmp.join(name), text).unwrap();
+    let gpt2_cfg: Value = read_json(&gpt2().join("config.json"));
+    // Folders with a config of another shape than their weights, or of another kind.
+    let folder = |name: &str, edit: &dyn Fn(&mut Value), weights: bool| {
+        let dir = tmp.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cfg = gpt2_cfg.clone();
+        edit(&mut cfg);
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        if weights {
+            std::fs::copy(
+                gpt2().join("model.safetensors"),
+                dir.join("model.safetensors"),
+            )
+            .unwrap();
+        }
+        dir.to_str().unwrap().to_string()
+    };
+    let deeper = folder("deeper", &|c| c["n_layer"] = 3.into(), true);
+    let wider = folder("wider", &|c| c["n_inner"] = 48.into(), true);
+    let neox = folder("neox", &|c| c["model_type"] = "gpt_neox".into(), true);
+    let t5 = folder("t5", &|c| c["model_type"] = "t5".into(), true);
+    let qa = folder(
+        "qa",
+        &|c| {
+            c["model_type"] = "bert".into();
+            c["architectures"] = json!(["BertForQuestionAnswering"]);
+        },
+        true,
+    );
+    let no_weights = folder("no-weights", &|_| {}, false);
+    let empty = tmp.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let broken = tmp.join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("config.json"), "{\"model_type\": ").unwrap();
+
+    write("bad.json", "{\"input_ids\": [[1, 2]");
+    write("ragged.json", r#"{"input_ids": [[1, 2, 3], [4, 5]]}"#);
+    write("empty-batch.json", r#"{"input_ids": []}"#);
+    write("past-vocab.json", r#"{"input_ids": [[1, 320]]}"#);
+    write("negative.json", r#"{"input_ids": [[-1, 2]]}"#);
+    write(
+        "too-long.json",
+        &json!({"input_ids": [vec![1; 33]]}).to_string(),
+    );
+    write(
+        "mask-shape.json",
+        r#"{"input_ids": [[1, 2, 3]], "attention_mask": [[1, 1]]}"#,
+    );
+    write(
+        "mask-value.json",
+        r#"{"input_ids": [[1, 2]], "attention_mask": [[2, 1]]}"#,
+    );
+    write("unknown-key.json", r#"{"input_idz": [[1, 2]]}"#);
+    write("pixels.json", r#"{"pixel_values": [[[[0.5]]]]}"#);
+    write("ids.json", r#"{"input_ids": [[1, 2]]}"#);
+    write(
+        "bert-long.json",
+        &json!({"input_ids": [vec![1; 30]]}).to_string(),
+    );
+    write(
+        "grey.json",
+        &json!({"pixel_values": [vec![vec![vec![0.5; 30]; 30]; 1]]}).to_string(),
+    );
+    write("no-sentences.json", r#"{"texts": ["a"]}"#);
+    write("no-sentences-2.json", r#"{"sentences": []}"#);
+    write("sentences.json", r#"{"sentences": ["a"]}"#);
+
+    let g = gpt2();
+    let g = g.to_str().unwrap();
+    let bert = fixture("zoo-encoder", "bert-tiny");
+    let bert = bert.to_str().unwrap();
+    let vit = fixture("zoo-vision", "vit-tiny");
+    let vit = vit.to_str().unwrap();
+    let vit_cls = fixture("zoo-vision", "vit-tiny-cls");
+    let vit_cls = vit_cls.to_str().unwrap();
+    let out = t("out.json");
+    let fwd = |model: &str, input: &str| -> Vec<String> {
+        ["forward", "--model", model, "--input", input, "--output", &out]
+            .map(String::from)
+            .to_vec()
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            args(&["info", "--model", "/no/such/model"]),
+            "/no/such/model: no such model folder".into(),
+        ),
+        (
+            args(&["info", "--model", empty.to_str().unwrap()]),
+            "config.json: No such file or directory".into(),
+        ),
+        (
+            args(&["info", "--model", broken.to_str().unwrap()]),
+            "config.json: EOF while parsing a value".into(),
+        ),
+        (
+            args(&["info", "--model", &neox]),
+            "unknown model_type \"gpt_neox\"; the supported model types are gpt2, llama, \
+             mistral, qwen2, bert, vit"
+                .into(),
+        ),
+        (
+            args(&["info", "--model", &t5]),
+            "model_type \"t5\" is an encoder-decoder model, a family this build does not have \
+             yet"
+            .into(),
+        ),
+        (
+            args(&["info", "--model", &qa]),
+            "architecture \"BertForQuestionAnswering\" of model_type \"bert\" is not supported"
+                .into(),
+        ),
+        (
+            args(&["info", "--model", &deeper]),
+            "missing:    transformer.h.2.attn.c_attn.weight [24, 72]".into(),
+        ),
+        (
+            args(&["info", "--model", &wider]),
+            "mis-shaped: transformer.h.0.mlp.c_fc.weight: the model has [24, 48], the file \
+             [24, 40]"
+                .into(),
+        ),
+        (
+            args(&["info", "--model", &no_weights]),
+            "has no model.safetensors, model.safetensors.index.json or pytorch_model.bin".into(),
+        ),
+        (
+            args(&["info", "--model", g, "--device", "tpu"]),
+            "unknown backend 'tpu': expected one of flex, ndarray, wgpu, tch, tch-cuda, cuda"
+                .into(),
+        ),
+        (
+            fwd(g, &t("bad.json")),
+            "bad.json: not valid JSON: EOF while parsing a list".into(),
+        ),
+        (
+            fwd(g, &t("missing.json")),
+            "missing.json: No such file or directory".into(),
+        ),
+        (
+            fwd(g, &t("ragged.json")),
+            "ragged.json: input_ids: ragged rows: row 1 has 2 values, row 0 has 3".into(),
+        ),
+        (
+            fwd(g, &t("empty-batch.json")),
+            "empty-batch.json: input_ids: the batch is empty".into(),
+        ),
+        (
+            fwd(g, &t("past-vocab.json")),
+            "token id 320 at batch row 0, position 1 is out of range for vocab_size 320".into(),
+        ),
+        (
+            fwd(g, &t("negative.json")),
+            "input_ids[0][0] is a negative token id, -1".into(),
+        ),
+        (
+            fwd(g, &t("too-long.json")),
+            "sequence of 33 tokens is longer than max_len 32".into(),
+        ),
+        (
+            fwd(g, &t("mask-shape.json")),
+            "attention_mask has shape [1, 2], input_ids [1, 3]".into(),
+        ),
+        (
+            fwd(g, &t("mask-value.json")),
+            "attention_mask[0][0] must be 0 or 1, got 2".into(),
+        ),
+        (
+            fwd(g, &t("unknown-key.json")),
+            "unknown input \"input_idz\": the inputs are input_ids, attention_mask".into(),
+        ),
+        (
+            fwd(g, &t("pixels.json")),
+            "pixel_values is not an input of GPT2LMHeadModel (it takes input_ids, \
+             attention_mask)"
+                .into(),
+        ),
+        (
+            fwd(vit, &t("ids.json")),
+            "input_ids is not an input of ViTModel (it takes pixel_values, \
+             interpolate_pos_encoding)"
+                .into(),
+        ),
+        (
+            fwd(bert, &t("bert-long.json")),
+            "sequence of 30 tokens does not fit max_position_embeddings".into(),
+        ),
+        (
+            fwd(vit, &t("grey.json")),
+            "pixel values have 1 channels, the model expects 3".into(),
+        ),
+        (
+            args(&["generate", "--model", bert, "--prompt", "hello"]),
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2)".into(),
+        ),
+        (
+            args(&["generate", "--model", g, "--prompt", "hi", "--num-beams", "4"]),
+            "--num-beams 4: beam search is not implemented yet; use --num-beams 1".into(),
+        ),
+        (
+            args(&["generate", "--model", g, "--prompt", "hi", "--temperature", "-1"]),
+            "--temperature must be >= 0, got -1".into(),
+        ),
+        (
+            args(&["generate", "--model", g, "--prompt", ""]),
+            "the prompt has no tokens".into(),
+        ),
+        (
+            args(&["generate", "--model", &no_weights, "--prompt", "hi"]),
+            "has no model.safetensors".into(),
+        ),
+        (
+            args(&["classify", "--model", g, "--text", "hello"]),
+            "classify needs ViTForImageClassification or BertForSequenceClassification".into(),
+        ),
+        (
+            args(&["classify", "--model", vit_cls, "--text", "hello"]),
+            "ViTForImageClassification classifies images: use --image".into(),
+        ),
+        (
+            args(&["classify", "--model", vit_cls, "--image", "/no/such.png"]),
+            "/no/such.png".into(),
+        ),
+        (
+            args(&["classify", "--model", vit_cls, "--image", "x.png", "--top", "0"]),
+            "--top must be > 0, got 0".into(),
+        ),
+        (
+            args(&["embed", "--model", g, "--input", &t("no-sentences.json"), "--output", &out]),
+            "unknown input \"texts\": embed reads {\"sentences\": [...]}".into(),
+        ),
+        (
+            args(&["embed", "--model", g, "--input", &t("no-sentences-2.json"), "--output", &out]),
+            "sentences: the batch is empty".into(),
+        ),
+        (
+            args(&["embed", "--model", "/no/such/model", "--input", &t("sentences.json"), "--output", &out]),
+            "/no/such/model: no such model folder".into(),
+        ),
+        (
+            fwd(g, &t("ids.json"))
+                .into_iter()
+                .map(|a| if a == out { t("no/such/dir/out.json") } else { a })
+                .collect(),
+            "out.json: No such file or directory".into(),
+        ),
+    ];
+    assert!(cases.len() >= 20);
+    for (argv, want) in &cases {
+        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+        // A case that names its own device runs without the device under test.
+        let run = if argv.contains(&"--device".to_string()) {
+            let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
+                .args(&refs)
+                .output()
+                .unwrap();
+            Run {
+                status: out.status.code(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        } else {
+            zoo(&refs)
+        };
+        assert_eq!(run.status, Some(1), "{argv:?}: {}", run.stderr);
+        let first = run.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: "),
+            "{argv:?}: stderr starts {first:?}"
+        );
+        assert!(run.stderr.contains(want.as_str()), "{argv:?}: want {want:?} in\n{}", run.stderr);
+        assert!(
+            !run.stderr.contains("panicked") && !run.stderr.contains("RUST_BACKTRACE"),
+            "{argv:?}: {}",
+            run.stderr
+        );
+        // One line, except a tensor report, which lists each tensor on its own line.
+        if !want.contains("missing:") && !want.contains("mis-shaped:") {
+            assert_eq!(run.stderr.lines().count(), 1, "{argv:?}: {}", run.stderr);
+        }
+    }
+    // No output file was left behind, whole or partial.
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("out.json"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}

@@ -216,12 +216,14 @@ fn int_matrix(name: &'static str, v: &Value) -> Result<IntMatrix> {
 
 /// `[batch][channels][height][width]` numbers, not ragged at any level.
 fn pixels(v: &Value) -> Result<Pixels> {
-    fn walk(v: &Value, depth: usize, at: &mut Vec<usize>, shape: &mut [usize; 4], out: &mut Vec<f32>) -> Result<()> {
-        let here = || {
-            at.iter()
-                .map(|i| format!("[{i}]"))
-                .collect::<String>()
-        };
+    fn walk(
+        v: &Value,
+        depth: usize,
+        at: &mut Vec<usize>,
+        shape: &mut [usize; 4],
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let here = || at.iter().map(|i| format!("[{i}]")).collect::<String>();
         if depth == 4 {
             let x = v.as_f64().ok_or_else(|| {
                 CliError::Input(format!("pixel_values{} must be a number, got {v}", here()))
@@ -275,16 +277,18 @@ pub fn sentences(value: &Value) -> Result<Vec<String>> {
     let list = obj
         .get("sentences")
         .and_then(Value::as_array)
-        .ok_or_else(|| CliError::Input("the input needs \"sentences\", a list of strings".into()))?;
+        .ok_or_else(|| {
+            CliError::Input("the input needs \"sentences\", a list of strings".into())
+        })?;
     if list.is_empty() {
         return Err(CliError::Input("sentences: the batch is empty".into()));
     }
     list.iter()
         .enumerate()
         .map(|(i, s)| {
-            s.as_str().map(String::from).ok_or_else(|| {
-                CliError::Input(format!("sentences[{i}] must be a string, got {s}"))
-            })
+            s.as_str()
+                .map(String::from)
+                .ok_or_else(|| CliError::Input(format!("sentences[{i}] must be a string, got {s}")))
         })
         .collect()
 }
@@ -304,7 +308,13 @@ fn number(x: f32, name: &str, index: usize) -> Result<String> {
     })
 }
 
-fn nested(out: &mut String, values: &[f32], shape: &[usize], name: &str, offset: usize) -> Result<()> {
+fn nested(
+    out: &mut String,
+    values: &[f32],
+    shape: &[usize],
+    name: &str,
+    offset: usize,
+) -> Result<()> {
     out.push('[');
     if shape.len() == 1 {
         for (i, x) in values.iter().enumerate() {
@@ -319,7 +329,13 @@ fn nested(out: &mut String, values: &[f32], shape: &[usize], name: &str, offset:
             if i > 0 {
                 out.push(',');
             }
-            nested(out, &values[i * step..(i + 1) * step], &shape[1..], name, offset + i * step)?;
+            nested(
+                out,
+                &values[i * step..(i + 1) * step],
+                &shape[1..],
+                name,
+                offset + i * step,
+            )?;
         }
     }
     out.push(']');
@@ -375,21 +391,48 @@ mod tests {
 
     #[test]
     fn inputs_parse_and_bad_ones_are_named() {
-        let ok = forward_input(&json!({"input_ids": [[1, 2], [3, 4]], "attention_mask": [[1, 1], [0, 1]]})).unwrap();
+        let ok = forward_input(
+            &json!({"input_ids": [[1, 2], [3, 4]], "attention_mask": [[1, 1], [0, 1]]}),
+        )
+        .unwrap();
         assert_eq!(ok.input_ids.unwrap().shape(), [2, 2]);
         assert_eq!(ok.attention_mask.unwrap().flat(), vec![1, 1, 0, 1]);
         let p = forward_input(&json!({"pixel_values": [[[[0.5, 1], [2, 3]]]]})).unwrap();
-        assert_eq!(p.pixel_values.unwrap(), Pixels { shape: [1, 1, 2, 2], values: vec![0.5, 1.0, 2.0, 3.0] });
+        assert_eq!(
+            p.pixel_values.unwrap(),
+            Pixels {
+                shape: [1, 1, 2, 2],
+                values: vec![0.5, 1.0, 2.0, 3.0]
+            }
+        );
         for (input, want) in [
             (json!([1, 2]), "the input must be a JSON object"),
             (json!({"input_ids": []}), "input_ids: the batch is empty"),
             (json!({"input_ids": [[]]}), "input_ids: row 0 is empty"),
-            (json!({"input_ids": [[1, 2], [3]]}), "input_ids: ragged rows: row 1 has 1 values, row 0 has 2"),
-            (json!({"input_ids": [[1, 2.5]]}), "input_ids[0][1] must be an integer, got 2.5"),
-            (json!({"input_ids": [[1, -2]]}), "input_ids[0][1] is a negative token id, -2"),
-            (json!({"attention_mask": [[1, 2]]}), "attention_mask[0][1] must be 0 or 1, got 2"),
-            (json!({"pixel_values": [[[[1, 2], [3]]]]}), "pixel_values[0][0][1]: ragged: 1 values where the first has 2"),
-            (json!({"pixel_values": [[1]]}), "pixel_values[0][0] must be a list"),
+            (
+                json!({"input_ids": [[1, 2], [3]]}),
+                "input_ids: ragged rows: row 1 has 1 values, row 0 has 2",
+            ),
+            (
+                json!({"input_ids": [[1, 2.5]]}),
+                "input_ids[0][1] must be an integer, got 2.5",
+            ),
+            (
+                json!({"input_ids": [[1, -2]]}),
+                "input_ids[0][1] is a negative token id, -2",
+            ),
+            (
+                json!({"attention_mask": [[1, 2]]}),
+                "attention_mask[0][1] must be 0 or 1, got 2",
+            ),
+            (
+                json!({"pixel_values": [[[[1, 2], [3]]]]}),
+                "pixel_values[0][0][1]: ragged: 1 values where the first has 2",
+            ),
+            (
+                json!({"pixel_values": [[1]]}),
+                "pixel_values[0][0] must be a list",
+            ),
             (json!({"input_idz": [[1]]}), "unknown input \"input_idz\""),
         ] {
             let e = forward_input(&input).unwrap_err().to_string();
@@ -415,8 +458,15 @@ mod tests {
             .collect();
         assert_eq!(flat, values);
         // A non-finite value is an error, and nothing is written.
-        let e = write_outputs(&dir.join("bad.json"), &[("logits", vec![1.0, f32::NAN], vec![2])]).unwrap_err();
-        assert_eq!(e.to_string(), "logits has a non-finite value, NaN, at flat index 1");
+        let e = write_outputs(
+            &dir.join("bad.json"),
+            &[("logits", vec![1.0, f32::NAN], vec![2])],
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "logits has a non-finite value, NaN, at flat index 1"
+        );
         assert!(!dir.join("bad.json").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -204,8 +204,10 @@ fn info(dir: &Path, device: &Device) -> Result<()> {
     let tensors = file.tensors()?;
     let dtypes: BTreeSet<String> = tensors.values().map(|t| dtype_name(t.dtype)).collect();
     let shown = |p: &Path| {
-        p.file_name()
-            .map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
     };
     println!("model:        {}", dir.display());
     println!("model_type:   {}", ck.model_type);

@@ -132,7 +132,9 @@ impl Checkpoint {
         let dir = &self.dir;
         Ok(match self.architecture.as_str() {
             "BertModel" => Loaded::Bert(BertModel::from_pretrained(dir, device)?),
-            "BertForMaskedLM" => Loaded::BertMaskedLm(BertForMaskedLm::from_pretrained(dir, device)?),
+            "BertForMaskedLM" => {
+                Loaded::BertMaskedLm(BertForMaskedLm::from_pretrained(dir, device)?)
+            }
             "BertForSequenceClassification" => {
                 Loaded::BertSequence(BertForSequenceClassification::from_pretrained(dir, device)?)
             }
@@ -238,7 +240,10 @@ impl Loaded {
             Ok(x)
         };
         let image_input = || -> Result<ImageInput> {
-            let px = input.pixel_values.as_ref().ok_or_else(|| need("pixel_values"))?;
+            let px = input
+                .pixel_values
+                .as_ref()
+                .ok_or_else(|| need("pixel_values"))?;
             let t = Tensor::<4>::from_data(TensorData::new(px.values.clone(), px.shape), device);
             let x = ImageInput::new(t);
             Ok(if input.interpolate_pos_encoding {

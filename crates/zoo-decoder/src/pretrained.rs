@@ -391,9 +391,7 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
         c.max_position_embeddings,
     )
     .llama_style()
-    .with_n_kv_heads(Some(
-        c.num_key_value_heads.unwrap_or(c.num_attention_heads),
-    ))
+    .with_n_kv_heads(Some(c.num_key_value_heads.unwrap_or(c.num_attention_heads)))
     .with_head_dim(c.head_dim)
     .with_d_ff(Some(c.intermediate_size))
     .with_activation(activation)
@@ -414,8 +412,14 @@ const GPT2_LOAD: [(&str, &str); 9] = [
     (r"^transformer\.", ""),
     (r"^h\.(\d+)\.ln_1\.", "layers.${1}.norm_1."),
     (r"^h\.(\d+)\.ln_2\.", "layers.${1}.norm_2."),
-    (r"^h\.(\d+)\.attn\.c_attn\.", "layers.${1}.self_attn.qkv_proj."),
-    (r"^h\.(\d+)\.attn\.c_proj\.", "layers.${1}.self_attn.o_proj."),
+    (
+        r"^h\.(\d+)\.attn\.c_attn\.",
+        "layers.${1}.self_attn.qkv_proj.",
+    ),
+    (
+        r"^h\.(\d+)\.attn\.c_proj\.",
+        "layers.${1}.self_attn.o_proj.",
+    ),
     (r"^h\.(\d+)\.mlp\.c_fc\.", "layers.${1}.mlp.up_proj."),
     (r"^h\.(\d+)\.mlp\.c_proj\.", "layers.${1}.mlp.down_proj."),
     (r"^wpe\.", "wpe.embedding."),
@@ -434,7 +438,10 @@ const GPT2_SAVE: [(&str, &str); 11] = [
         r"^layers\.(\d+)\.self_attn\.o_proj\.",
         "transformer.h.${1}.attn.c_proj.",
     ),
-    (r"^layers\.(\d+)\.mlp\.up_proj\.", "transformer.h.${1}.mlp.c_fc."),
+    (
+        r"^layers\.(\d+)\.mlp\.up_proj\.",
+        "transformer.h.${1}.mlp.c_fc.",
+    ),
     (
         r"^layers\.(\d+)\.mlp\.down_proj\.",
         "transformer.h.${1}.mlp.c_proj.",
@@ -449,7 +456,10 @@ const GPT2_SAVE: [(&str, &str); 11] = [
 /// Llama-family names to module paths.
 const LLAMA_LOAD: [(&str, &str); 5] = [
     (r"^model\.embed_tokens\.", "wte."),
-    (r"^model\.layers\.(\d+)\.input_layernorm\.", "layers.${1}.norm_1."),
+    (
+        r"^model\.layers\.(\d+)\.input_layernorm\.",
+        "layers.${1}.norm_1.",
+    ),
     (
         r"^model\.layers\.(\d+)\.post_attention_layernorm\.",
         "layers.${1}.norm_2.",
@@ -461,7 +471,10 @@ const LLAMA_LOAD: [(&str, &str); 5] = [
 /// Module paths to Llama-family names.
 const LLAMA_SAVE: [(&str, &str); 6] = [
     (r"^wte\.", "model.embed_tokens."),
-    (r"^layers\.(\d+)\.norm_1\.", "model.layers.${1}.input_layernorm."),
+    (
+        r"^layers\.(\d+)\.norm_1\.",
+        "model.layers.${1}.input_layernorm.",
+    ),
     (
         r"^layers\.(\d+)\.norm_2\.",
         "model.layers.${1}.post_attention_layernorm.",
@@ -613,7 +626,11 @@ mod tests {
                 serde_json::json!(3),
                 "n_heads 4 is not divisible by n_kv_heads 3",
             ),
-            ("vocab_size", serde_json::json!(-1), "invalid value: integer `-1`"),
+            (
+                "vocab_size",
+                serde_json::json!(-1),
+                "invalid value: integer `-1`",
+            ),
         ];
         for (field, value, want) in cases {
             let mut json = llama_json();

@@ -80,7 +80,10 @@ fn logits_match_transformers() {
     for name in MODELS {
         let model = DecoderLm::from_pretrained(fixture(name), &device).unwrap();
         let diff = logits_diff(&model, &expected(name), &device);
-        assert!(diff <= 1e-4, "{name}: max abs diff {diff} against transformers");
+        assert!(
+            diff <= 1e-4,
+            "{name}: max abs diff {diff} against transformers"
+        );
     }
 }
 
@@ -123,7 +126,13 @@ fn greedy_generation_matches_transformers() {
         let out = generate(&model, &e.prompts, &cfg, |_, _| {}).unwrap();
         assert_eq!(out.tokens, e.generated, "{name}");
         // And without the cache, the same tokens.
-        let out = generate(&model, &e.prompts, &cfg.clone().with_cache(false), |_, _| {}).unwrap();
+        let out = generate(
+            &model,
+            &e.prompts,
+            &cfg.clone().with_cache(false),
+            |_, _| {},
+        )
+        .unwrap();
         assert_eq!(out.tokens, e.generated, "{name} without the cache");
     }
 }
@@ -149,7 +158,10 @@ fn tokenizers_match_python() {
     let text = "Café naïve — 'tis façade!";
     assert_eq!(gpt2.decode(&gpt2.encode(text).unwrap()).unwrap(), text);
     let llama = LmTokenizer::from_pretrained(fixture("llama-tiny")).unwrap();
-    assert_eq!(llama.encode("To be").unwrap()[0], llama.token_id("<s>").unwrap());
+    assert_eq!(
+        llama.encode("To be").unwrap()[0],
+        llama.token_id("<s>").unwrap()
+    );
     let e = llama.decode(&[1, 100_000]).unwrap_err().to_string();
     assert_eq!(
         e,
@@ -196,9 +208,16 @@ fn saving_round_trips_bit_for_bit() {
         model.save_pretrained(&out, &hf).unwrap();
         let contents = |dir: &Path| WeightsFile::find(dir).unwrap().contents().unwrap();
         assert_eq!(contents(&out), contents(&dir), "{name}");
-        assert_eq!(HfDecoderConfig::from_pretrained(&out).unwrap(), hf, "{name}");
+        assert_eq!(
+            HfDecoderConfig::from_pretrained(&out).unwrap(),
+            hf,
+            "{name}"
+        );
         let again = DecoderLm::from_pretrained(&out, &device).unwrap();
-        assert_eq!(logits_diff(&again, &expected(name), &device), logits_diff(&model, &expected(name), &device));
+        assert_eq!(
+            logits_diff(&again, &expected(name), &device),
+            logits_diff(&model, &expected(name), &device)
+        );
         std::fs::remove_dir_all(&out).unwrap();
     }
     // A config of another model is refused before anything is written.
@@ -206,7 +225,10 @@ fn saving_round_trips_bit_for_bit() {
     let other = HfDecoderConfig::from_pretrained(fixture("qwen2-tiny")).unwrap();
     let out = tempdir("refused");
     let e = model.save_pretrained(&out, &other).unwrap_err().to_string();
-    assert!(e.contains("the qwen2 config does not describe this model"), "{e}");
+    assert!(
+        e.contains("the qwen2 config does not describe this model"),
+        "{e}"
+    );
     assert!(!out.join("model.safetensors").exists());
     std::fs::remove_dir_all(&out).unwrap();
 }
@@ -238,13 +260,17 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
     // An unknown model_type names the supported ones; no config at all names the file.
     cfg["model_type"] = "gpt_neox".into();
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
-    let e = DecoderLm::from_pretrained(&dir, &device).unwrap_err().to_string();
+    let e = DecoderLm::from_pretrained(&dir, &device)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.ends_with("model_type \"gpt_neox\" is not a decoder this crate loads; it loads gpt2, llama, mistral, qwen2"),
         "{e}"
     );
     std::fs::remove_file(dir.join("config.json")).unwrap();
-    let e = DecoderLm::from_pretrained(&dir, &device).unwrap_err().to_string();
+    let e = DecoderLm::from_pretrained(&dir, &device)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("config.json: No such file"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

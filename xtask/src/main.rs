@@ -325,6 +325,13 @@ fn fixtures() -> Result<()> {
             .arg(root.join("crates/zoo-decoder/tests/fixtures"))
             .arg(root.join("datasets/shakespeare/tiny.txt")),
         "xtask/fixtures/decoder.py",
+    )?;
+    run_checked(
+        Command::new(&python)
+            .arg(root.join("xtask/fixtures/seq2seq.py"))
+            .arg(root.join("crates/zoo-seq2seq/tests/fixtures"))
+            .arg(root.join("datasets/shakespeare/tiny.txt")),
+        "xtask/fixtures/seq2seq.py",
     )
 }
 

@@ -11,7 +11,7 @@ use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::KvCache;
+use crate::cache::{CrossKvCache, KvCache};
 use crate::error::{AttentionError, Result};
 use crate::mask::Mask;
 use crate::mha::{AttentionInput, MultiHeadAttention, MultiHeadAttentionConfig};
@@ -351,7 +351,7 @@ impl TransformerBlockConfig {
 pub struct BlockInput {
     x: Tensor<3>,
     mask: Mask,
-    memory: Option<Tensor<3>>,
+    memory: Option<Memory>,
     memory_mask: Mask,
     need_weights: bool,
     position: usize,
@@ -380,7 +380,15 @@ impl BlockInput {
 
     /// The encoder output for cross-attention, `[B, Tm, d_model]`, and its mask.
     pub fn memory(mut self, memory: Tensor<3>, mask: Mask) -> Self {
-        self.memory = Some(memory);
+        self.memory = Some(Memory::States(Box::new(memory)));
+        self.memory_mask = mask;
+        self
+    }
+
+    /// The encoder output's keys and values for cross-attention, projected once by this
+    /// block's [`TransformerBlock::cross_attn`], and their mask (source padding).
+    pub fn memory_cached(mut self, cache: CrossKvCache, mask: Mask) -> Self {
+        self.memory = Some(Memory::Cached(Box::new(cache)));
         self.memory_mask = mask;
         self
     }
@@ -402,6 +410,14 @@ impl BlockInput {
         self.positions = Some(positions);
         self
     }
+}
+
+/// What cross-attention reads: the encoder's output, or its keys and values projected
+/// once ([`crate::MultiHeadAttention::cross_kv`]) for every decoding step.
+#[derive(Debug, Clone)]
+enum Memory {
+    States(Box<Tensor<3>>),
+    Cached(Box<CrossKvCache>),
 }
 
 /// The output of a [`TransformerBlock`].
@@ -482,11 +498,22 @@ impl TransformerBlock {
                 } else {
                     x.clone()
                 };
-                let mut inp = AttentionInput::cross_attn(h, mem).mask(memory_mask);
-                if need_weights {
-                    inp = inp.with_weights();
-                }
-                let out = attn.forward(inp)?;
+                let out = match mem {
+                    Memory::States(mem) => {
+                        let mut inp = AttentionInput::cross_attn(h, *mem).mask(memory_mask);
+                        if need_weights {
+                            inp = inp.with_weights();
+                        }
+                        attn.forward(inp)?
+                    }
+                    Memory::Cached(kv) => {
+                        let mut inp = AttentionInput::self_attn(h).mask(memory_mask);
+                        if need_weights {
+                            inp = inp.with_weights();
+                        }
+                        attn.forward_cross_cached(inp, &kv)?
+                    }
+                };
                 cross_weights = out.weights;
                 x = if pre {
                     x + self.dropout.forward(out.context)

@@ -1,6 +1,6 @@
 //! The key/value cache for incremental decoding: one per layer.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::error::{AttentionError, Result};
 
@@ -208,6 +208,22 @@ impl KvCache {
         (all_k, all_v)
     }
 
+    /// Keeps, as row `i`, what row `rows[i]` held (beam search moves beams between rows);
+    /// `rows` may repeat a row or leave one out.
+    ///
+    /// # Errors
+    /// A row outside the cached batch.
+    pub fn select_rows(&mut self, rows: &[usize]) -> Result<()> {
+        if let (Some(k), Some(v)) = (self.k.take(), self.v.take()) {
+            let index = row_index(rows, k.dims()[0])?;
+            let device = k.device();
+            let index = Tensor::<1, Int>::from_data(index, &device);
+            self.k = Some(k.select(0, index.clone()));
+            self.v = Some(v.select(0, index));
+        }
+        Ok(())
+    }
+
     /// Empties the cache.
     pub fn reset(&mut self) {
         self.k = None;
@@ -242,6 +258,33 @@ impl CrossKvCache {
     pub fn batch(&self) -> usize {
         self.k.dims()[0]
     }
+
+    /// The cache of a batch whose row `i` is row `rows[i]` of this one (each source
+    /// repeated for its beams, or beams moved between rows).
+    ///
+    /// # Errors
+    /// A row outside the batch.
+    pub fn select_rows(&self, rows: &[usize]) -> Result<Self> {
+        let index = row_index(rows, self.batch())?;
+        let index = Tensor::<1, Int>::from_data(index, &self.k.device());
+        Ok(Self {
+            k: self.k.clone().select(0, index.clone()),
+            v: self.v.clone().select(0, index),
+        })
+    }
+}
+
+fn row_index(rows: &[usize], batch: usize) -> Result<TensorData> {
+    if rows.is_empty() {
+        return Err(AttentionError::Zero { name: "rows" });
+    }
+    if let Some(&r) = rows.iter().find(|&&r| r >= batch) {
+        return Err(AttentionError::Unsupported(format!(
+            "cache row {r} is outside the batch of {batch} rows"
+        )));
+    }
+    let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    Ok(TensorData::new(ids, [rows.len()]))
 }
 
 #[cfg(test)]

@@ -37,6 +37,46 @@ pub fn sinusoidal_table(max_len: usize, d_model: usize, device: &Device) -> Resu
     ))
 }
 
+/// The sinusoidal table in Marian's layout (HF `MarianSinusoidalPositionalEmbedding`):
+/// the same frequencies as [`sinusoidal_table`], with every sine in the first half of the
+/// features and every cosine in the second: column `i < d/2` is `sin(pos / 10000^(2i/d))`
+/// and column `d/2 + i` is `cos(pos / 10000^(2i/d))`.
+///
+/// # Errors
+/// When `max_len` or `d_model` is zero.
+pub fn sinusoidal_table_split(
+    max_len: usize,
+    d_model: usize,
+    device: &Device,
+) -> Result<Tensor<2>> {
+    if max_len == 0 {
+        return Err(AttentionError::Zero { name: "max_len" });
+    }
+    if d_model == 0 {
+        return Err(AttentionError::Zero { name: "d_model" });
+    }
+    let half = d_model / 2 + d_model % 2;
+    let mut values = vec![0f32; max_len * d_model];
+    for pos in 0..max_len {
+        for c in 0..d_model {
+            // Column c of the interleaved table, read as HF does: even ones to the sine
+            // half, odd ones to the cosine half.
+            let (j, sine) = if c < half {
+                (2 * c, true)
+            } else {
+                (2 * (c - half) + 1, false)
+            };
+            let i2 = (j / 2 * 2) as f64;
+            let angle = pos as f64 / 10000f64.powf(i2 / d_model as f64);
+            values[pos * d_model + c] = if sine { angle.sin() } else { angle.cos() } as f32;
+        }
+    }
+    Ok(Tensor::from_data(
+        TensorData::new(values, [max_len, d_model]),
+        device,
+    ))
+}
+
 /// Fixed sinusoidal position encoding added to `[B, T, d_model]` inputs.
 #[derive(Config, Debug)]
 pub struct SinusoidalEncodingConfig {

@@ -34,6 +34,9 @@ pub enum CliError {
     /// The encoder family.
     #[error(transparent)]
     Encoder(#[from] zoo_encoder::EncoderError),
+    /// The encoder-decoder family.
+    #[error(transparent)]
+    Seq2Seq(#[from] zoo_seq2seq::Seq2SeqError),
     /// The vision family.
     #[error(transparent)]
     Vision(#[from] zoo_vision::VisionError),

@@ -4,6 +4,7 @@
 //! zoo info     --model DIR
 //! zoo forward  --model DIR --input IN.json --output OUT.json
 //! zoo generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] ...
+//! zoo translate --model DIR --text TEXT [--num-beams N] ...
 //! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
 //! zoo embed    --model DIR --input IN.json --output OUT.json
 //! ```
@@ -23,9 +24,10 @@ use std::process::ExitCode;
 
 use burn::tensor::{Device, Tensor, activation::softmax};
 use clap::{Parser, Subcommand};
-use zoo_core::{GenerationConfig, WeightsFile, generate};
+use zoo_core::{BeamConfig, GenerationConfig, WeightsFile, beam_search, generate};
 use zoo_decoder::{LmTokenizer, TextStream};
 use zoo_encoder::{BertTokenizer, SentenceEncoder};
+use zoo_seq2seq::{EncoderDecoder, beam_from, generate_from};
 use zoo_vision::ImageProcessor;
 
 use crate::error::{CliError, Result};
@@ -36,7 +38,7 @@ use crate::models::{Checkpoint, Loaded, floats};
     name = "zoo",
     version,
     about = "Run HuggingFace checkpoints of the Burn Model Zoo's families: GPT-2, Llama, \
-             Mistral, Qwen2, BERT (and sentence-transformers), ViT."
+             Mistral, Qwen2, BERT (and sentence-transformers), ViT, T5, Marian."
 )]
 struct Cli {
     /// Backend to run on: flex, ndarray, wgpu, tch, tch-cuda or cuda (`cuda:1` for another GPU).
@@ -72,6 +74,9 @@ enum Command {
     },
     /// Continues a prompt with a causal LM (gpt2, llama, mistral, qwen2), streaming the text.
     Generate(GenerateArgs),
+    /// Translates a text (or does what the model was trained for) with an encoder-decoder
+    /// model (t5, marian), reading the folder's tokenizer.json.
+    Translate(TranslateArgs),
     /// The top labels of an image (ViTForImageClassification) or a text
     /// (BertForSequenceClassification), with probabilities.
     Classify {
@@ -126,9 +131,37 @@ struct GenerateArgs {
     /// Penalty on tokens already in the text (1 is off).
     #[arg(long, default_value_t = 1.0)]
     repetition_penalty: f64,
-    /// Beams of beam search; only 1 (no beam search) is implemented.
+    /// Beams of beam search (above 1, the text is printed when the search ends).
     #[arg(long, default_value_t = 1)]
     num_beams: usize,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::Args, Debug)]
+struct TranslateArgs {
+    /// The checkpoint folder, with its tokenizer.json.
+    #[arg(long)]
+    model: PathBuf,
+    /// The source text.
+    #[arg(long)]
+    text: String,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 64)]
+    max_new_tokens: usize,
+    /// Beams of beam search; 1 is greedy.
+    #[arg(long, default_value_t = 1)]
+    num_beams: usize,
+    /// Exponent of the length that divides a hypothesis's log-probability.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    length_penalty: f64,
+    /// No n-gram of this size is generated twice (0 is off).
+    #[arg(long, default_value_t = 0)]
+    no_repeat_ngram_size: usize,
+    /// Sampling temperature; 0 (the default) searches for the most likely output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    temperature: f64,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -157,6 +190,7 @@ fn run(cli: Cli) -> Result<()> {
             output,
         } => forward(&model, &input, &output, &device()?),
         Command::Generate(args) => generate_text(&args, &device()?),
+        Command::Translate(args) => translate(&args, &device()?),
         Command::Classify {
             model,
             image,
@@ -273,16 +307,32 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
             ck.architecture
         )));
     };
-    if args.num_beams != 1 {
-        return Err(CliError::Unsupported(format!(
-            "--num-beams {}: beam search is not implemented yet; use --num-beams 1",
-            args.num_beams
-        )));
+    if args.prompt.is_empty() {
+        return Err(CliError::Input("the prompt is empty".into()));
     }
     let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
     let prompt = tokenizer.encode(&args.prompt)?;
     if prompt.is_empty() {
         return Err(CliError::Input("the prompt has no tokens".into()));
+    }
+    if args.num_beams != 1 {
+        if args.temperature != 0.0 {
+            return Err(CliError::Input(
+                "beam search takes no --temperature; use --num-beams 1 to sample".into(),
+            ));
+        }
+        let cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
+            .with_stop_tokens(hf.eos_token_ids());
+        let out = beam_search(&model, &[prompt], &cfg)?;
+        println!("{}{}", args.prompt, tokenizer.decode(&out.tokens[0])?);
+        eprintln!(
+            "[{} new tokens in {:.2} s, {} beams, score {:.4}]",
+            out.tokens[0].len(),
+            out.elapsed.as_secs_f64(),
+            args.num_beams,
+            out.scores[0]
+        );
+        return Ok(());
     }
     let mut cfg = if args.temperature > 0.0 {
         GenerationConfig::sampling(args.max_new_tokens, args.temperature, args.seed)
@@ -336,6 +386,57 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
         } else {
             ""
         }
+    );
+    Ok(())
+}
+
+fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
+    let ck = Checkpoint::detect(&args.model)?;
+    match ck.load(device)? {
+        Loaded::T5(model) => run_translate(&model, args),
+        Loaded::Marian(model) => run_translate(&model, args),
+        _ => Err(CliError::Unsupported(format!(
+            "translate needs an encoder-decoder model (t5, marian); {} is {} ({})",
+            args.model.display(),
+            ck.model_type,
+            ck.architecture
+        ))),
+    }
+}
+
+fn run_translate<M: EncoderDecoder>(model: &M, args: &TranslateArgs) -> Result<()> {
+    if args.text.is_empty() {
+        return Err(CliError::Input("the text is empty".into()));
+    }
+    let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
+    let source = tokenizer.encode(&args.text)?;
+    if source.is_empty() {
+        return Err(CliError::Input("the text has no tokens".into()));
+    }
+    let (tokens, elapsed) = if args.temperature != 0.0 {
+        if args.temperature < 0.0 {
+            return Err(CliError::Input(format!(
+                "--temperature must be >= 0, got {}",
+                args.temperature
+            )));
+        }
+        let cfg = GenerationConfig::sampling(args.max_new_tokens, args.temperature, args.seed);
+        let out = generate_from(model, &[source], &cfg)?;
+        (out.tokens[0].clone(), out.elapsed)
+    } else {
+        let cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
+            .with_length_penalty(args.length_penalty)
+            .with_no_repeat_ngram_size(args.no_repeat_ngram_size);
+        let out = beam_from(model, &[source], &cfg)?;
+        (out.tokens[0].clone(), out.elapsed)
+    };
+    println!("{}", tokenizer.decode(&tokens)?);
+    eprintln!(
+        "[{} tokens in {:.2} s, {} beam{}]",
+        tokens.len(),
+        elapsed.as_secs_f64(),
+        args.num_beams,
+        if args.num_beams == 1 { "" } else { "s" }
     );
     Ok(())
 }

@@ -12,16 +12,16 @@ use zoo_encoder::{
     BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
     EncoderInput,
 };
+use zoo_seq2seq::{EncoderDecoder, MarianMtModel, Source, T5ForConditionalGeneration};
 use zoo_vision::{ImageInput, ViTForImageClassification, ViTModel};
 
 use crate::error::{CliError, Result};
 use crate::json::{ForwardInput, IntMatrix, Named};
 
 /// Every `model_type` the command line runs.
-pub const MODEL_TYPES: [&str; 6] = ["gpt2", "llama", "mistral", "qwen2", "bert", "vit"];
-
-/// The model types of the encoder-decoder family, which this build cannot run yet.
-const SEQ2SEQ_TYPES: [&str; 2] = ["t5", "marian"];
+pub const MODEL_TYPES: [&str; 8] = [
+    "gpt2", "llama", "mistral", "qwen2", "bert", "vit", "t5", "marian",
+];
 
 /// The architectures each family runs, by `model_type`.
 fn architectures(model_type: &str) -> &'static [&'static str] {
@@ -37,6 +37,8 @@ fn architectures(model_type: &str) -> &'static [&'static str] {
             "BertForTokenClassification",
         ],
         "vit" => &["ViTModel", "ViTForImageClassification"],
+        "t5" => &["T5ForConditionalGeneration"],
+        "marian" => &["MarianMTModel"],
         _ => &[],
     }
 }
@@ -78,13 +80,6 @@ impl Checkpoint {
             .and_then(Value::as_str)
             .ok_or_else(|| bad("no model_type".into()))?
             .to_string();
-        if SEQ2SEQ_TYPES.contains(&model_type.as_str()) {
-            return Err(CliError::Unsupported(format!(
-                "model_type {model_type:?} is an encoder-decoder model, a family this build \
-                 does not have yet; the supported model types are {}",
-                MODEL_TYPES.join(", ")
-            )));
-        }
         let known = architectures(&model_type);
         if known.is_empty() {
             return Err(bad(format!(
@@ -120,6 +115,7 @@ impl Checkpoint {
         match self.model_type.as_str() {
             "bert" => &["input_ids", "attention_mask", "token_type_ids"],
             "vit" => &["pixel_values", "interpolate_pos_encoding"],
+            "t5" | "marian" => &["input_ids", "attention_mask", "decoder_input_ids"],
             _ => &["input_ids", "attention_mask"],
         }
     }
@@ -145,6 +141,10 @@ impl Checkpoint {
             "ViTForImageClassification" => {
                 Loaded::VitClassifier(ViTForImageClassification::from_pretrained(dir, device)?)
             }
+            "T5ForConditionalGeneration" => {
+                Loaded::T5(T5ForConditionalGeneration::from_pretrained(dir, device)?)
+            }
+            "MarianMTModel" => Loaded::Marian(MarianMtModel::from_pretrained(dir, device)?),
             _ => Loaded::Decoder(
                 DecoderLm::from_pretrained(dir, device)?,
                 HfDecoderConfig::from_pretrained(dir)?,
@@ -170,6 +170,42 @@ pub enum Loaded {
     Vit(ViTModel),
     /// `ViTForImageClassification`.
     VitClassifier(ViTForImageClassification),
+    /// `T5ForConditionalGeneration`.
+    T5(T5ForConditionalGeneration),
+    /// `MarianMTModel`.
+    Marian(MarianMtModel),
+}
+
+/// Teacher-forced logits of an encoder-decoder: `input_ids` (with `attention_mask`) is the
+/// source, `decoder_input_ids` the decoder's input.
+fn seq2seq_forward<M: EncoderDecoder>(
+    model: &M,
+    input: &ForwardInput,
+    device: &Device,
+) -> Result<Vec<Named>> {
+    let need = |what: &str| CliError::Input(format!("the model needs {what}"));
+    let ids = input.input_ids.as_ref().ok_or_else(|| need("input_ids"))?;
+    let tgt = input
+        .decoder_input_ids
+        .as_ref()
+        .ok_or_else(|| need("decoder_input_ids"))?;
+    if tgt.shape()[0] != ids.shape()[0] {
+        return Err(CliError::Input(format!(
+            "decoder_input_ids has {} rows, input_ids {}",
+            tgt.shape()[0],
+            ids.shape()[0]
+        )));
+    }
+    let pad = match &input.attention_mask {
+        Some(m) => padding(m, device),
+        None => {
+            let [b, s] = ids.shape();
+            Tensor::from_data(TensorData::new(vec![false; b * s], [b, s]), device)
+        }
+    };
+    let source = Source::new(ints(ids, device), pad)?;
+    let out = model.forward(&source, ints(tgt, device))?;
+    Ok(vec![values("logits", out.logits)?])
 }
 
 /// A tensor's values as `f32`, read back from the device.
@@ -209,6 +245,8 @@ impl Loaded {
             Self::BertToken(m) => m.num_params(),
             Self::Vit(m) => m.num_params(),
             Self::VitClassifier(m) => m.num_params(),
+            Self::T5(m) => m.num_params(),
+            Self::Marian(m) => m.num_params(),
         }
     }
 
@@ -288,6 +326,8 @@ impl Loaded {
             Self::VitClassifier(model) => {
                 vec![values("logits", model.forward(image_input()?)?.0)?]
             }
+            Self::T5(model) => seq2seq_forward(model, input, device)?,
+            Self::Marian(model) => seq2seq_forward(model, input, device)?,
         })
     }
 }

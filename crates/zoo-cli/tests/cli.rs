@@ -1,7 +1,7 @@
 //! The built `zoo` binary, run as a user runs it, on the committed fixtures of every
 //! family, on the backend under test (`--device` from `ZOO_TEST_DEVICE`, flex by
-//! default): `forward` against `transformers`' outputs within 1e-4, `generate`,
-//! `classify` and `info` against the libraries they sit on, `embed` against
+//! default): `forward` against `transformers`' outputs within 1e-4, `translate` against
+//! its beam search, `generate`, `classify` and `info` against the libraries they sit on, `embed` against
 //! sentence-transformers on the real all-MiniLM-L6-v2, and a table of bad inputs, each with
 //! its one-line message and exit status 1.
 
@@ -195,6 +195,41 @@ fn forward_matches_transformers_for_every_family() {
         }
         check_forward(&dir, input, &[("logits", "logits")]);
     }
+    for name in ["t5-tiny", "marian-tiny"] {
+        let dir = fixture("zoo-seq2seq", name);
+        let e = read_json(&dir.join("expected.json"));
+        // The second source is 9 tokens, padded to 12 with 0.
+        let sources = e["sources"].as_array().unwrap();
+        let ids: Vec<Vec<u64>> = sources
+            .iter()
+            .map(|s| {
+                let mut r: Vec<u64> = s
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .collect();
+                r.resize(12, 0);
+                r
+            })
+            .collect();
+        let mask: Vec<Vec<u64>> = sources
+            .iter()
+            .map(|s| {
+                let n = s.as_array().unwrap().len();
+                (0..12).map(|i| u64::from(i < n)).collect()
+            })
+            .collect();
+        check_forward(
+            &dir,
+            json!({
+                "input_ids": ids,
+                "attention_mask": mask,
+                "decoder_input_ids": e["decoder_input_ids"],
+            }),
+            &[("logits", "logits")],
+        );
+    }
     let vit = fixture("zoo-vision", "vit-tiny");
     let e = read_json(&vit.join("expected.json"));
     check_forward(
@@ -263,6 +298,31 @@ fn generate_streams_the_library_s_greedy_text() {
     };
     assert_eq!(sample("1"), sample("1"));
     assert_ne!(sample("1"), sample("2"));
+}
+
+#[test]
+fn translate_gives_transformers_beam_search_output() {
+    for name in ["t5-tiny", "t5-tiny-tied", "marian-tiny"] {
+        let dir = fixture("zoo-seq2seq", name);
+        let e = read_json(&dir.join("expected.json"));
+        let run = ok(&[
+            "translate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--text",
+            e["text"].as_str().unwrap(),
+            "--num-beams",
+            "4",
+            "--max-new-tokens",
+            "10",
+        ]);
+        assert_eq!(
+            run.stdout,
+            format!("{}\n", e["text_beam"].as_str().unwrap()),
+            "{name}"
+        );
+        assert!(run.stderr.contains(", 4 beams]"), "{}", run.stderr);
+    }
 }
 
 #[test]
@@ -448,7 +508,7 @@ fn bad_input_is_one_line_naming_the_problem() {
     let deeper = folder("deeper", &|c| c["n_layer"] = 3.into(), true);
     let wider = folder("wider", &|c| c["n_inner"] = 48.into(), true);
     let neox = folder("neox", &|c| c["model_type"] = "gpt_neox".into(), true);
-    let t5 = folder("t5", &|c| c["model_type"] = "t5".into(), true);
+    let bart = folder("bart", &|c| c["model_type"] = "bart".into(), true);
     let qa = folder(
         "qa",
         &|c| {
@@ -504,6 +564,10 @@ fn bad_input_is_one_line_naming_the_problem() {
     let vit = vit.to_str().unwrap();
     let vit_cls = fixture("zoo-vision", "vit-tiny-cls");
     let vit_cls = vit_cls.to_str().unwrap();
+    let t5_dir = fixture("zoo-seq2seq", "t5-tiny")
+        .to_str()
+        .unwrap()
+        .to_string();
     let out = t("out.json");
     let fwd = |model: &str, input: &str| -> Vec<String> {
         [
@@ -529,14 +593,12 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             args(&["info", "--model", &neox]),
             "unknown model_type \"gpt_neox\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, bert, vit"
+             mistral, qwen2, bert, vit, t5, marian"
                 .into(),
         ),
         (
-            args(&["info", "--model", &t5]),
-            "model_type \"t5\" is an encoder-decoder model, a family this build does not have \
-             yet"
-            .into(),
+            args(&["info", "--model", &bart]),
+            "unknown model_type \"bart\"".into(),
         ),
         (
             args(&["info", "--model", &qa]),
@@ -634,9 +696,47 @@ fn bad_input_is_one_line_naming_the_problem() {
                 "--prompt",
                 "hi",
                 "--num-beams",
-                "4",
+                "0",
             ]),
-            "--num-beams 4: beam search is not implemented yet; use --num-beams 1".into(),
+            "generation: num_beams must be >= 1, got 0".into(),
+        ),
+        (
+            args(&[
+                "generate",
+                "--model",
+                g,
+                "--prompt",
+                "hi",
+                "--num-beams",
+                "2",
+                "--temperature",
+                "0.5",
+            ]),
+            "beam search takes no --temperature; use --num-beams 1 to sample".into(),
+        ),
+        (
+            args(&["translate", "--model", g, "--text", "hi"]),
+            "translate needs an encoder-decoder model (t5, marian)".into(),
+        ),
+        (
+            args(&[
+                "translate",
+                "--model",
+                &t5_dir,
+                "--text",
+                "hi",
+                "--num-beams",
+                "0",
+            ]),
+            "num_beams must be >= 1, got 0".into(),
+        ),
+        (
+            args(&["translate", "--model", &t5_dir, "--text", ""]),
+            "the text is empty".into(),
+        ),
+        (
+            fwd(&t5_dir, &t("ids.json")),
+            "the model needs decoder_input_ids".into(),
         ),
         (
             args(&[
@@ -652,7 +752,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             args(&["generate", "--model", g, "--prompt", ""]),
-            "the prompt has no tokens".into(),
+            "the prompt is empty".into(),
         ),
         (
             args(&["generate", "--model", &no_weights, "--prompt", "hi"]),

@@ -240,15 +240,25 @@ fn check_prompts(
     max_len: usize,
 ) -> Result<(), CoreError> {
     cfg.validate()?;
+    check_ids(prompts, cfg.pad_id, vocab_size, max_len)
+}
+
+/// Prompts that are non-empty, within the vocabulary and the model's length, with a
+/// valid padding id.
+pub(crate) fn check_ids(
+    prompts: &[Vec<usize>],
+    pad_id: usize,
+    vocab_size: usize,
+    max_len: usize,
+) -> Result<(), CoreError> {
     if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
         return Err(CoreError::Generation(
             "every prompt needs at least one token".into(),
         ));
     }
-    if cfg.pad_id >= vocab_size {
+    if pad_id >= vocab_size {
         return Err(CoreError::Generation(format!(
-            "pad_id {} is out of range for vocab_size {vocab_size}",
-            cfg.pad_id
+            "pad_id {pad_id} is out of range for vocab_size {vocab_size}"
         )));
     }
     for (row, prompt) in prompts.iter().enumerate() {

@@ -11,13 +11,14 @@
 //! - [`batch`]: the batch types the tasks consume;
 //! - [`checkpoint`]: HF checkpoints for every family: `config.json`, safetensors or
 //!   `pytorch_model.bin`, key maps, one report of every tensor that does not fit, saving;
-//! - [`generate`]: logits processors, sampling and the decoding loop, shared by
-//!   decoder-only and encoder-decoder models.
+//! - [`generate`]: logits processors, sampling and the decoding loop, and [`beam`]: beam
+//!   search, both shared by decoder-only and encoder-decoder models.
 //!
 //! The crate depends on Burn's tensor API only, not on burn-train.
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod beam;
 pub mod checkpoint;
 mod error;
 pub mod generate;
@@ -25,6 +26,7 @@ pub mod model;
 pub mod validate;
 
 pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
+pub use beam::{BeamConfig, BeamOutput, EarlyStopping, beam_search};
 pub use checkpoint::{CheckpointError, KeyMap, TensorReport, WeightsFile};
 pub use error::{CoreError, ModelError};
 pub use generate::{Generation, GenerationConfig, generate};

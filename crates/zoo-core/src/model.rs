@@ -136,4 +136,16 @@ pub trait CausalLm {
         step: DecodeStep,
         cache: Option<&mut Self::Cache>,
     ) -> Result<Tensor<2>, ModelError>;
+
+    /// Rebuilds the cache so that its row `i` holds what row `rows[i]` held: beam search
+    /// moves beams between rows. Models that cannot do it refuse beam search with a cache.
+    ///
+    /// # Errors
+    /// A model without the operation, or rows outside the cache.
+    fn reorder_cache(&self, cache: &mut Self::Cache, rows: &[usize]) -> Result<(), ModelError> {
+        let _ = (cache, rows);
+        Err(ModelError::msg(
+            "this model cannot reorder its cache, so it has no beam search with a cache",
+        ))
+    }
 }

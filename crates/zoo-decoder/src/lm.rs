@@ -47,6 +47,13 @@ impl CausalLm for DecoderLm {
         Ok(DecoderLm::new_cache(self))
     }
 
+    fn reorder_cache(&self, cache: &mut DecoderCache, rows: &[usize]) -> Result<(), ModelError> {
+        for layer in &mut cache.layers {
+            layer.select_rows(rows).map_err(DecoderError::from)?;
+        }
+        Ok(())
+    }
+
     fn next_logits(
         &self,
         step: DecodeStep,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::Deserialize;
-use zoo_core::{GenerationConfig, WeightsFile, generate};
+use zoo_core::{BeamConfig, GenerationConfig, WeightsFile, beam_search, generate};
 use zoo_decoder::{DecoderInput, DecoderLm, HfDecoderConfig, LmTokenizer, TextStream};
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
@@ -43,6 +43,10 @@ struct Expected {
     prompts: Vec<Vec<usize>>,
     #[serde(default)]
     generated: Vec<Vec<usize>>,
+    #[serde(default)]
+    beam: Vec<Vec<usize>>,
+    #[serde(default)]
+    beam_scores: Vec<f32>,
     #[serde(default)]
     tokenizer: Vec<Sample>,
 }
@@ -134,6 +138,36 @@ fn greedy_generation_matches_transformers() {
         )
         .unwrap();
         assert_eq!(out.tokens, e.generated, "{name} without the cache");
+    }
+}
+
+#[test]
+fn beam_search_matches_transformers() {
+    let device = test_device();
+    for name in MODELS {
+        let e = expected(name);
+        let hf = HfDecoderConfig::from_pretrained(fixture(name)).unwrap();
+        let model = DecoderLm::from_pretrained(fixture(name), &device).unwrap();
+        let cfg = BeamConfig::new(4, 8).with_stop_tokens(hf.eos_token_ids());
+        for use_cache in [true, false] {
+            let out = beam_search(&model, &e.prompts, &cfg.clone().with_cache(use_cache)).unwrap();
+            // HF pads a hypothesis that ended early with the pad id, 0.
+            let padded: Vec<Vec<usize>> = out
+                .tokens
+                .iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    t.resize(e.beam[0].len(), 0);
+                    t
+                })
+                .collect();
+            assert_eq!(padded, e.beam, "{name}, cache {use_cache}");
+            let diff = max_abs_diff_slices(&out.scores, &e.beam_scores);
+            assert!(diff < 1e-4, "{name}: scores differ by {diff}");
+        }
+        // Beam search differs from greedy on these models, so the check above is not
+        // greedy decoding in disguise.
+        assert_ne!(e.beam, e.generated, "{name}");
     }
 }
 

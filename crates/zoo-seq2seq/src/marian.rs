@@ -1,0 +1,190 @@
+//! The post-norm encoder-decoder Transformer: Marian (HF `MarianMTModel`), and with
+//! interleaved sinusoids and ReLU the original Transformer (Vaswani et al., 2017). One
+//! embedding serves source, target and output; embeddings are scaled by `sqrt(d_model)`
+//! when the config says so, fixed sinusoidal positions are added, and the logits get
+//! Marian's `final_logits_bias`.
+
+use burn::module::{Module, Param};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use zoo_attention::position::{sinusoidal_table, sinusoidal_table_split};
+use zoo_attention::{
+    FeedForwardConfig, KvCache, MultiHeadAttentionConfig, NormKind, NormPlacement,
+    TransformerBlock, TransformerBlockConfig,
+};
+
+use crate::config::{MarianConfig, SinusoidLayout};
+use crate::error::Result;
+use crate::model::{
+    DecoderOutput, EncoderDecoder, Memory, Source, check_target, run_decoder, run_encoder,
+};
+
+/// Marian, or the original Transformer.
+#[derive(Module, Debug)]
+pub struct MarianMtModel {
+    /// The embedding of source, target and output (HF `model.shared`).
+    pub shared: Embedding,
+    /// Encoder layers.
+    pub encoder: Vec<TransformerBlock>,
+    /// Decoder layers.
+    pub decoder: Vec<TransformerBlock>,
+    /// Added to the logits, `[1, V]` (a buffer in HF; zero unless a checkpoint sets it).
+    pub final_logits_bias: Param<Tensor<2>>,
+    #[module(skip)]
+    config: MarianConfig,
+}
+
+impl MarianConfig {
+    fn block(&self, decoder: bool) -> TransformerBlockConfig {
+        let (heads, ffn) = if decoder {
+            (self.decoder_attention_heads, self.decoder_ffn_dim)
+        } else {
+            (self.encoder_attention_heads, self.encoder_ffn_dim)
+        };
+        let init = Initializer::Normal {
+            mean: 0.0,
+            std: 0.02,
+        };
+        let attn = MultiHeadAttentionConfig::new(self.d_model, heads)
+            .with_dropout(self.attention_dropout)
+            .with_initializer(init.clone());
+        let ffn = FeedForwardConfig::new(self.d_model, ffn)
+            .with_activation(self.activation_function.ffn())
+            .with_initializer(init)
+            .with_dropout(self.dropout);
+        TransformerBlockConfig::new(attn.clone(), ffn)
+            .with_cross_attention(decoder.then_some(attn))
+            .with_norm(NormKind::LayerNorm)
+            .with_norm_eps(1e-5)
+            .with_placement(NormPlacement::Post)
+            .with_dropout(self.dropout)
+    }
+
+    /// Validates and builds the model with N(0, 0.02) weights.
+    ///
+    /// # Errors
+    /// See [`MarianConfig::validate`].
+    pub fn init(&self, device: &Device) -> Result<MarianMtModel> {
+        self.validate()?;
+        let stack = |n: usize, decoder: bool| -> Result<Vec<TransformerBlock>> {
+            (0..n)
+                .map(|_| Ok(self.block(decoder).init(device)?))
+                .collect()
+        };
+        let v = self.vocab_size;
+        Ok(MarianMtModel {
+            shared: EmbeddingConfig::new(v, self.d_model)
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.02,
+                })
+                .init(device),
+            encoder: stack(self.encoder_layers, false)?,
+            decoder: stack(self.decoder_layers, true)?,
+            final_logits_bias: Param::from_tensor(Tensor::zeros([1, v], device))
+                .set_require_grad(false),
+            config: self.clone(),
+        })
+    }
+}
+
+impl MarianMtModel {
+    /// The configuration.
+    pub fn config(&self) -> &MarianConfig {
+        &self.config
+    }
+
+    /// Token embeddings, scaled, plus the positions `offset..offset + T`.
+    fn embed(&self, tokens: Tensor<2, Int>, offset: usize) -> Result<Tensor<3>> {
+        let [_, t] = tokens.dims();
+        let device = tokens.device();
+        let d = self.config.d_model;
+        let table = match self.config.sinusoid_layout {
+            SinusoidLayout::Split => sinusoidal_table_split(offset + t, d, &device)?,
+            SinusoidLayout::Interleaved => sinusoidal_table(offset + t, d, &device)?,
+        };
+        let positions = table.slice([offset..offset + t, 0..d]).unsqueeze::<3>();
+        let scale = if self.config.scale_embedding {
+            (d as f64).sqrt()
+        } else {
+            1.0
+        };
+        Ok(self.shared.forward(tokens) * scale + positions)
+    }
+}
+
+impl EncoderDecoder for MarianMtModel {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_target_len(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn max_source_len(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn start_id(&self) -> usize {
+        self.config.start_id()
+    }
+
+    fn eos_ids(&self) -> Vec<usize> {
+        self.config.eos_token_id.ids()
+    }
+
+    fn pad_id(&self) -> usize {
+        self.config.pad_token_id
+    }
+
+    fn forced_eos(&self) -> Option<usize> {
+        self.config.forced_eos_token_id
+    }
+
+    fn banned_tokens(&self) -> Vec<usize> {
+        self.config.banned_tokens()
+    }
+
+    fn decoder_layers(&self) -> &[TransformerBlock] {
+        &self.decoder
+    }
+
+    fn device(&self) -> Device {
+        self.shared.weight.val().device()
+    }
+
+    fn encode(&self, source: &Source) -> Result<Tensor<3>> {
+        source.check(self.vocab_size(), self.max_source_len())?;
+        let x = self.embed(source.tokens.clone(), 0)?;
+        run_encoder(&self.encoder, x, &source.padding, |_| None)
+    }
+
+    fn decode(
+        &self,
+        tokens: Tensor<2, Int>,
+        offset: usize,
+        memory: &Memory,
+        src_padding: &Tensor<2, Bool>,
+        caches: Option<&mut [KvCache]>,
+        need_weights: bool,
+    ) -> Result<DecoderOutput> {
+        check_target(&tokens, offset, self.vocab_size(), self.max_target_len())?;
+        let x = self.embed(tokens, offset)?;
+        let (h, cross_attentions) = run_decoder(
+            &self.decoder,
+            x,
+            memory,
+            src_padding,
+            |_| None,
+            caches,
+            need_weights,
+        )?;
+        let w = self.shared.weight.val().transpose().unsqueeze::<3>();
+        let bias = self.final_logits_bias.val().unsqueeze::<3>();
+        Ok(DecoderOutput {
+            logits: h.matmul(w) + bias,
+            cross_attentions,
+        })
+    }
+}

@@ -1,0 +1,297 @@
+//! What the family's models share: their inputs and outputs, the checks on token ids, and
+//! the decoder stack run over the encoder's output or over its keys and values projected
+//! once ([`Memory`]), with or without a self-attention cache.
+
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use zoo_attention::{BlockInput, CrossKvCache, KvCache, Mask, TransformerBlock};
+
+use crate::error::{Result, Seq2SeqError};
+
+/// A source batch: token ids and their padding, built on the host so that ids are checked
+/// there.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// `[B, S]`
+    pub tokens: Tensor<2, Int>,
+    /// `[B, S]`, `true` at padding.
+    pub padding: Tensor<2, Bool>,
+    max_id: usize,
+}
+
+impl Source {
+    /// Right-pads `rows` with `pad_id` into one batch.
+    ///
+    /// # Errors
+    /// No rows, or an empty row.
+    pub fn from_ids(rows: &[Vec<usize>], pad_id: usize, device: &Device) -> Result<Self> {
+        if rows.is_empty() {
+            return Err(Seq2SeqError::Input("the source batch is empty".into()));
+        }
+        if let Some(r) = rows.iter().position(Vec::is_empty) {
+            return Err(Seq2SeqError::Input(format!("source {r} is empty")));
+        }
+        let s = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(rows.len() * s);
+        let mut pad = Vec::with_capacity(rows.len() * s);
+        for row in rows {
+            for i in 0..s {
+                ids.push(row.get(i).copied().unwrap_or(pad_id) as i64);
+                pad.push(i >= row.len());
+            }
+        }
+        let max_id = rows.iter().flatten().copied().max().unwrap_or(0);
+        Ok(Self {
+            tokens: Tensor::from_data(TensorData::new(ids, [rows.len(), s]), device),
+            padding: Tensor::from_data(TensorData::new(pad, [rows.len(), s]), device),
+            max_id,
+        })
+    }
+
+    /// Ids and padding already on the device (training batches); ids are checked by one
+    /// read-back.
+    ///
+    /// # Errors
+    /// Shapes that differ, or an empty source.
+    pub fn new(tokens: Tensor<2, Int>, padding: Tensor<2, Bool>) -> Result<Self> {
+        if tokens.dims() != padding.dims() {
+            return Err(Seq2SeqError::Input(format!(
+                "source padding has shape {:?}, the source {:?}",
+                padding.dims(),
+                tokens.dims()
+            )));
+        }
+        let max_id = max_id(&tokens)?;
+        Ok(Self {
+            tokens,
+            padding,
+            max_id,
+        })
+    }
+
+    /// Checks the ids against a vocabulary and the length against `max_len`.
+    pub(crate) fn check(&self, vocab_size: usize, max_len: usize) -> Result<()> {
+        let [_, s] = self.tokens.dims();
+        if s == 0 {
+            return Err(Seq2SeqError::Input("the source is empty".into()));
+        }
+        if s > max_len {
+            return Err(Seq2SeqError::Input(format!(
+                "source of {s} tokens is longer than the model's {max_len} positions"
+            )));
+        }
+        check_id(self.max_id, vocab_size, "source")
+    }
+}
+
+fn check_id(id: usize, vocab_size: usize, what: &str) -> Result<()> {
+    if id >= vocab_size {
+        return Err(Seq2SeqError::Input(format!(
+            "{what} token id {id} is out of range for vocab_size {vocab_size}"
+        )));
+    }
+    Ok(())
+}
+
+/// The largest id of a device tensor (one read-back).
+pub(crate) fn max_id(tokens: &Tensor<2, Int>) -> Result<usize> {
+    let ids = tokens
+        .to_data()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
+        .map_err(|e| Seq2SeqError::Input(format!("cannot read token ids: {e:?}")))?;
+    if let Some(&neg) = ids.iter().find(|&&x| x < 0) {
+        return Err(Seq2SeqError::Input(format!("token id {neg} is negative")));
+    }
+    Ok(ids.into_iter().max().unwrap_or(0) as usize)
+}
+
+/// Checks target ids `[B, T]` starting at `offset` against the model.
+pub(crate) fn check_target(
+    tokens: &Tensor<2, Int>,
+    offset: usize,
+    vocab_size: usize,
+    max_len: usize,
+) -> Result<()> {
+    let [_, t] = tokens.dims();
+    if t == 0 {
+        return Err(Seq2SeqError::Input("the decoder input is empty".into()));
+    }
+    if offset + t > max_len {
+        return Err(Seq2SeqError::Input(format!(
+            "decoder sequence of {} tokens is longer than the model's {max_len} positions",
+            offset + t
+        )));
+    }
+    check_id(max_id(tokens)?, vocab_size, "decoder")
+}
+
+/// What the decoder's cross-attention reads.
+// One value per decoder pass, never stored in bulk: the size of a tensor handle is fine.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum Memory {
+    /// The encoder's output `[B, S, d_model]`; every call projects its keys and values.
+    States(Tensor<3>),
+    /// Each decoder layer's keys and values of the encoder's output, projected once.
+    Cached(Vec<CrossKvCache>),
+}
+
+/// The output of a decoder pass.
+#[derive(Debug, Clone)]
+pub struct DecoderOutput {
+    /// `[B, T, V]`
+    pub logits: Tensor<3>,
+    /// Per decoder layer, the cross-attention weights `[B, H, T, S]`, when asked for.
+    pub cross_attentions: Vec<Tensor<4>>,
+}
+
+/// Runs a decoder stack over `x` `[B, T, d_model]`. `bias(layer)` is the self-attention
+/// bias a layer takes from outside (T5's relative positions, computed by the first
+/// layer); with `caches` the new positions extend each layer's self-attention cache.
+pub(crate) fn run_decoder(
+    layers: &[TransformerBlock],
+    mut x: Tensor<3>,
+    memory: &Memory,
+    src_padding: &Tensor<2, Bool>,
+    bias: impl Fn(usize) -> Option<Tensor<4>>,
+    mut caches: Option<&mut [KvCache]>,
+    need_weights: bool,
+) -> Result<(Tensor<3>, Vec<Tensor<4>>)> {
+    if let Some(c) = &caches
+        && c.len() != layers.len()
+    {
+        return Err(Seq2SeqError::Input(format!(
+            "the cache has {} layers, the decoder {}",
+            c.len(),
+            layers.len()
+        )));
+    }
+    if let Memory::Cached(kv) = memory
+        && kv.len() != layers.len()
+    {
+        return Err(Seq2SeqError::Input(format!(
+            "the cross-attention cache has {} layers, the decoder {}",
+            kv.len(),
+            layers.len()
+        )));
+    }
+    let cross_mask = Mask::none().with_key_padding(src_padding.clone());
+    let mut weights = Vec::new();
+    for (i, layer) in layers.iter().enumerate() {
+        let mut mask = if caches.is_some() {
+            Mask::none()
+        } else {
+            Mask::causal()
+        };
+        if let Some(b) = bias(i) {
+            mask = mask.with_bias(b);
+        }
+        let mut input = BlockInput::new(x).mask(mask);
+        input = match memory {
+            Memory::States(h) => input.memory(h.clone(), cross_mask.clone()),
+            Memory::Cached(kv) => input.memory_cached(kv[i].clone(), cross_mask.clone()),
+        };
+        if need_weights {
+            input = input.with_weights();
+        }
+        let out = match caches.as_deref_mut() {
+            Some(c) => layer.forward_cached(input, &mut c[i])?,
+            None => layer.forward(input)?,
+        };
+        x = out.hidden;
+        weights.extend(out.cross_weights);
+    }
+    Ok((x, weights))
+}
+
+/// Runs an encoder stack over `x` `[B, S, d_model]` with the source padding.
+pub(crate) fn run_encoder(
+    layers: &[TransformerBlock],
+    mut x: Tensor<3>,
+    padding: &Tensor<2, Bool>,
+    bias: impl Fn(usize) -> Option<Tensor<4>>,
+) -> Result<Tensor<3>> {
+    for (i, layer) in layers.iter().enumerate() {
+        let mut mask = Mask::none().with_key_padding(padding.clone());
+        if let Some(b) = bias(i) {
+            mask = mask.with_bias(b);
+        }
+        x = layer.forward(BlockInput::new(x).mask(mask))?.hidden;
+    }
+    Ok(x)
+}
+
+/// The encoder-decoder models as generation and training see them.
+pub trait EncoderDecoder {
+    /// Vocabulary size.
+    fn vocab_size(&self) -> usize;
+    /// Most decoder positions.
+    fn max_target_len(&self) -> usize;
+    /// Most source positions.
+    fn max_source_len(&self) -> usize;
+    /// The decoder's first token.
+    fn start_id(&self) -> usize;
+    /// End-of-sequence tokens.
+    fn eos_ids(&self) -> Vec<usize>;
+    /// The padding token.
+    fn pad_id(&self) -> usize;
+    /// A token generation forces at the last position the length allows (HF's
+    /// `forced_eos_token_id`).
+    fn forced_eos(&self) -> Option<usize> {
+        None
+    }
+    /// Tokens generation never picks (HF's single-token `bad_words_ids`).
+    fn banned_tokens(&self) -> Vec<usize> {
+        Vec::new()
+    }
+    /// Decoder layers.
+    fn decoder_layers(&self) -> &[TransformerBlock];
+    /// The device the weights live on.
+    fn device(&self) -> Device;
+
+    /// The encoder's output `[B, S, d_model]`.
+    ///
+    /// # Errors
+    /// An empty or too long source, or ids past the vocabulary.
+    fn encode(&self, source: &Source) -> Result<Tensor<3>>;
+
+    /// Logits `[B, T, V]` for decoder tokens `[B, T]` at positions `offset..offset + T`.
+    ///
+    /// # Errors
+    /// Ids past the vocabulary, a sequence past the positions, or caches that do not fit.
+    fn decode(
+        &self,
+        tokens: Tensor<2, Int>,
+        offset: usize,
+        memory: &Memory,
+        src_padding: &Tensor<2, Bool>,
+        caches: Option<&mut [KvCache]>,
+        need_weights: bool,
+    ) -> Result<DecoderOutput>;
+
+    /// Teacher-forced logits `[B, T, V]`: the source encoded, then the decoder over
+    /// `tgt_in` in one pass.
+    ///
+    /// # Errors
+    /// As [`Self::encode`] and [`Self::decode`].
+    fn forward(&self, source: &Source, tgt_in: Tensor<2, Int>) -> Result<DecoderOutput> {
+        let memory = Memory::States(self.encode(source)?);
+        self.decode(tgt_in, 0, &memory, &source.padding, None, false)
+    }
+
+    /// Each decoder layer's cross-attention keys and values of `encoded`, projected once.
+    ///
+    /// # Errors
+    /// A layer without cross-attention.
+    fn cross_kv(&self, encoded: &Tensor<3>) -> Result<Vec<CrossKvCache>> {
+        self.decoder_layers()
+            .iter()
+            .map(|l| match &l.cross_attn {
+                Some(a) => Ok(a.cross_kv(encoded.clone())?),
+                None => Err(Seq2SeqError::Config(
+                    "a decoder layer has no cross-attention".into(),
+                )),
+            })
+            .collect()
+    }
+}

@@ -2,6 +2,7 @@
 //! (used by the `names` example and its learning test) and small language-model helpers.
 
 pub mod digits;
+pub mod g2p;
 pub mod globe;
 
 use std::collections::HashSet;

@@ -13,6 +13,35 @@
 //! model from `config.json`'s `model_type` and `architectures`. A failure is one line on
 //! stderr, `error: ...`, and exit status 1.
 
+/// Writes to stdout; when the reader has gone (`zoo info ... | head`), the program ends
+/// quietly instead of failing on every later line.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
+            stdout_failed(e);
+        }
+    }};
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            stdout_failed(e);
+        }
+    }};
+}
+
+fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("error: cannot write to stdout: {e}");
+    std::process::exit(1);
+}
+
 mod error;
 mod json;
 mod models;
@@ -243,24 +272,24 @@ fn info(dir: &Path, device: &Device) -> Result<()> {
             |n| n.to_string_lossy().into_owned(),
         )
     };
-    println!("model:        {}", dir.display());
-    println!("model_type:   {}", ck.model_type);
-    println!("architecture: {}", ck.architecture);
-    println!("parameters:   {}", thousands(model.num_params()));
+    outln!("model:        {}", dir.display());
+    outln!("model_type:   {}", ck.model_type);
+    outln!("architecture: {}", ck.architecture);
+    outln!("parameters:   {}", thousands(model.num_params()));
     let dtypes = dtypes.into_iter().collect::<Vec<_>>().join(", ");
     if dtypes == "float32" {
-        println!("dtype:        {dtypes}");
+        outln!("dtype:        {dtypes}");
     } else {
-        println!("dtype:        {dtypes} (loaded as float32)");
+        outln!("dtype:        {dtypes} (loaded as float32)");
     }
-    println!(
+    outln!(
         "weights:      {} ({} tensors)",
         shown(file.path()),
         tensors.len()
     );
     let width = tensors.keys().map(String::len).max().unwrap_or(0);
     for (name, t) in &tensors {
-        println!(
+        outln!(
             "  {name:<width$}  {:<14} {}",
             format!("{:?}", t.shape.to_vec()),
             dtype_name(t.dtype)
@@ -324,7 +353,7 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
         let cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
             .with_stop_tokens(hf.eos_token_ids());
         let out = beam_search(&model, &[prompt], &cfg)?;
-        println!("{}{}", args.prompt, tokenizer.decode(&out.tokens[0])?);
+        outln!("{}{}", args.prompt, tokenizer.decode(&out.tokens[0])?);
         eprintln!(
             "[{} new tokens in {:.2} s, {} beams, score {:.4}]",
             out.tokens[0].len(),
@@ -355,7 +384,7 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
         .with_stop_tokens(hf.eos_token_ids());
     cfg.validate()?;
     let mut stdout = std::io::stdout();
-    print!("{}", args.prompt);
+    out!("{}", args.prompt);
     let _ = stdout.flush();
     let mut stream = TextStream::new(&tokenizer);
     let mut failed = None;
@@ -365,17 +394,17 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
         }
         match stream.push(token) {
             Ok(piece) => {
-                print!("{piece}");
+                out!("{piece}");
                 let _ = stdout.flush();
             }
             Err(e) => failed = Some(e),
         }
     })?;
     if let Some(e) = failed {
-        println!();
+        outln!();
         return Err(e.into());
     }
-    println!("{}", stream.finish()?);
+    outln!("{}", stream.finish()?);
     let n = out.tokens.first().map_or(0, Vec::len);
     eprintln!(
         "[{n} new tokens in {:.2} s, {:.1} tokens/s{}]",
@@ -430,7 +459,7 @@ fn run_translate<M: EncoderDecoder>(model: &M, args: &TranslateArgs) -> Result<(
         let out = beam_from(model, &[source], &cfg)?;
         (out.tokens[0].clone(), out.elapsed)
     };
-    println!("{}", tokenizer.decode(&tokens)?);
+    outln!("{}", tokenizer.decode(&tokens)?);
     eprintln!(
         "[{} tokens in {:.2} s, {} beam{}]",
         tokens.len(),
@@ -498,7 +527,7 @@ fn classify(
             .get(class)
             .cloned()
             .unwrap_or_else(|| format!("LABEL_{class}"));
-        println!("{p:.4}  {label}");
+        outln!("{p:.4}  {label}");
     }
     Ok(())
 }

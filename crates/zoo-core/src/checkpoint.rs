@@ -291,6 +291,24 @@ pub fn read_config<T: DeserializeOwned>(dir: &Path) -> Result<T, CheckpointError
     })
 }
 
+/// Reads `dir/config.json` as JSON, with its `model_type`: what a program that serves
+/// several families reads first, to choose one.
+///
+/// # Errors
+/// As [`read_config`], and a config without a `model_type` string.
+pub fn read_model_type(dir: &Path) -> Result<(serde_json::Value, String), CheckpointError> {
+    let json: serde_json::Value = read_config(dir)?;
+    let model_type = json
+        .get("model_type")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| CheckpointError::Config {
+            path: dir.join("config.json"),
+            message: "no model_type".into(),
+        })?
+        .to_string();
+    Ok((json, model_type))
+}
+
 /// Reads `dir/config.json` as [`read_config`] does, then runs the family's `validate` on
 /// it; a rejection names the file.
 ///
@@ -591,6 +609,27 @@ pub fn save_safetensors<M: Module>(
             path: path.to_path_buf(),
             message: e.to_string(),
         })
+}
+
+/// A token id in a `config.json`, or several (`eos_token_id` is either, depending on the
+/// checkpoint).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    /// One id.
+    One(usize),
+    /// Several ids.
+    Many(Vec<usize>),
+}
+
+impl TokenIds {
+    /// The ids as a list.
+    pub fn ids(&self) -> Vec<usize> {
+        match self {
+            Self::One(id) => vec![*id],
+            Self::Many(ids) => ids.clone(),
+        }
+    }
 }
 
 /// The class names of HF's `id2label` (`{"0": "cat", "1": "dog"}`), in class order.

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod cmudict;
 pub mod digits;
 mod error;
 pub mod names;

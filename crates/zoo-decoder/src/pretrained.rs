@@ -31,31 +31,12 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use zoo_attention::{FfnActivation, HiddenAct, RopeLayout};
+pub use zoo_core::checkpoint::TokenIds;
 use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
 use crate::model::DecoderLm;
-
-/// One token id, or several (some checkpoints list more than one end token).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum TokenIds {
-    /// One id.
-    One(usize),
-    /// Several ids.
-    Many(Vec<usize>),
-}
-
-impl TokenIds {
-    /// The ids as a list.
-    pub fn ids(&self) -> Vec<usize> {
-        match self {
-            Self::One(id) => vec![*id],
-            Self::Many(ids) => ids.clone(),
-        }
-    }
-}
 
 fn yes() -> bool {
     true
@@ -229,12 +210,7 @@ impl HfDecoderConfig {
             path: path.clone(),
             message,
         };
-        let json: Value = checkpoint::read_config(dir)?;
-        let model_type = json
-            .get("model_type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("no model_type".into()))?
-            .to_string();
+        let (json, model_type) = checkpoint::read_model_type(dir)?;
         let cfg = match model_type.as_str() {
             "gpt2" => serde_json::from_value(json).map(Self::Gpt2),
             "llama" | "mistral" | "qwen2" => serde_json::from_value(json).map(Self::Llama),

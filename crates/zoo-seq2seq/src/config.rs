@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use zoo_attention::{FfnActivation, HiddenAct};
+pub use zoo_core::checkpoint::TokenIds;
 use zoo_core::validate;
 
 use crate::error::{Result, Seq2SeqError};
@@ -15,26 +16,6 @@ fn bad(message: String) -> Seq2SeqError {
 
 fn yes() -> bool {
     true
-}
-
-/// One token id, or several (HF writes either).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum TokenIds {
-    /// One id.
-    One(usize),
-    /// Several ids.
-    Many(Vec<usize>),
-}
-
-impl TokenIds {
-    /// The ids as a list.
-    pub fn ids(&self) -> Vec<usize> {
-        match self {
-            Self::One(id) => vec![*id],
-            Self::Many(ids) => ids.clone(),
-        }
-    }
 }
 
 fn t5_buckets() -> usize {

@@ -10,7 +10,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use zoo_attention::{CrossKvCache, KvCache};
 use zoo_core::{
     BeamConfig, BeamOutput, CausalLm, DecodeStep, Generation, GenerationConfig, ModelError,
-    beam_search, generate,
+    Seq2SeqLogits, beam_search, generate,
 };
 
 use crate::error::{Result, Seq2SeqError};
@@ -19,6 +19,39 @@ use crate::model::{EncoderDecoder, Memory, Source};
 impl From<Seq2SeqError> for ModelError {
     fn from(e: Seq2SeqError) -> Self {
         ModelError::new(e)
+    }
+}
+
+/// Teacher-forced logits for `zoo-train`'s sequence-to-sequence task.
+fn seq2seq_logits<M: EncoderDecoder>(
+    model: &M,
+    src: Tensor<2, Int>,
+    src_padding: Tensor<2, Bool>,
+    tgt_in: Tensor<2, Int>,
+) -> Result<Tensor<3>, ModelError> {
+    let source = Source::new(src, src_padding)?;
+    Ok(model.forward(&source, tgt_in)?.logits)
+}
+
+impl Seq2SeqLogits for crate::MarianMtModel {
+    fn seq2seq_logits(
+        &self,
+        src: Tensor<2, Int>,
+        src_padding: Tensor<2, Bool>,
+        tgt_in: Tensor<2, Int>,
+    ) -> Result<Tensor<3>, ModelError> {
+        seq2seq_logits(self, src, src_padding, tgt_in)
+    }
+}
+
+impl Seq2SeqLogits for crate::T5ForConditionalGeneration {
+    fn seq2seq_logits(
+        &self,
+        src: Tensor<2, Int>,
+        src_padding: Tensor<2, Bool>,
+        tgt_in: Tensor<2, Int>,
+    ) -> Result<Tensor<3>, ModelError> {
+        seq2seq_logits(self, src, src_padding, tgt_in)
     }
 }
 

@@ -33,27 +33,22 @@ fn seq2seq_logits<M: EncoderDecoder>(
     Ok(model.forward(&source, tgt_in)?.logits)
 }
 
-impl Seq2SeqLogits for crate::MarianMtModel {
-    fn seq2seq_logits(
-        &self,
-        src: Tensor<2, Int>,
-        src_padding: Tensor<2, Bool>,
-        tgt_in: Tensor<2, Int>,
-    ) -> Result<Tensor<3>, ModelError> {
-        seq2seq_logits(self, src, src_padding, tgt_in)
-    }
+macro_rules! seq2seq_logits_for {
+    ($($model:ty),*) => {$(
+        impl Seq2SeqLogits for $model {
+            fn seq2seq_logits(
+                &self,
+                src: Tensor<2, Int>,
+                src_padding: Tensor<2, Bool>,
+                tgt_in: Tensor<2, Int>,
+            ) -> Result<Tensor<3>, ModelError> {
+                seq2seq_logits(self, src, src_padding, tgt_in)
+            }
+        }
+    )*};
 }
 
-impl Seq2SeqLogits for crate::T5ForConditionalGeneration {
-    fn seq2seq_logits(
-        &self,
-        src: Tensor<2, Int>,
-        src_padding: Tensor<2, Bool>,
-        tgt_in: Tensor<2, Int>,
-    ) -> Result<Tensor<3>, ModelError> {
-        seq2seq_logits(self, src, src_padding, tgt_in)
-    }
-}
+seq2seq_logits_for!(crate::MarianMtModel, crate::T5ForConditionalGeneration);
 
 fn core(e: zoo_core::CoreError) -> Seq2SeqError {
     Seq2SeqError::Input(e.to_string())
@@ -219,6 +214,16 @@ impl<M: EncoderDecoder> CausalLm for Encoded<'_, M> {
     }
 }
 
+/// The sources encoded, and each decoder's prompt: the start token.
+fn start<'a, M: EncoderDecoder>(
+    model: &'a M,
+    sources: &[Vec<usize>],
+) -> Result<(Encoded<'a, M>, Vec<Vec<usize>>)> {
+    let source = Source::from_ids(sources, model.pad_id(), &model.device())?;
+    let encoded = Encoded::new(model, &source)?;
+    Ok((encoded, vec![vec![model.start_id()]; sources.len()]))
+}
+
 /// Greedy or sampled generation from each source: the decoder starts from the model's
 /// start token and stops at its end tokens (added to `cfg`'s).
 ///
@@ -229,12 +234,9 @@ pub fn generate_from<M: EncoderDecoder>(
     sources: &[Vec<usize>],
     cfg: &GenerationConfig,
 ) -> Result<Generation> {
-    let device = model.device();
-    let source = Source::from_ids(sources, model.pad_id(), &device)?;
-    let encoded = Encoded::new(model, &source)?;
+    let (encoded, prompts) = start(model, sources)?;
     let mut cfg = cfg.clone();
     cfg.stop_tokens.extend(model.eos_ids());
-    let prompts = vec![vec![model.start_id()]; sources.len()];
     generate(&encoded, &prompts, &cfg, |_, _| {}).map_err(core)
 }
 
@@ -248,14 +250,11 @@ pub fn beam_from<M: EncoderDecoder>(
     sources: &[Vec<usize>],
     cfg: &BeamConfig,
 ) -> Result<BeamOutput> {
-    let device = model.device();
-    let source = Source::from_ids(sources, model.pad_id(), &device)?;
-    let encoded = Encoded::new(model, &source)?;
+    let (encoded, prompts) = start(model, sources)?;
     let mut cfg = cfg.clone();
     cfg.stop_tokens.extend(model.eos_ids());
     cfg.banned_tokens.extend(model.banned_tokens());
     cfg.forced_eos = cfg.forced_eos.or(model.forced_eos());
     cfg.pad_id = model.pad_id();
-    let prompts = vec![vec![model.start_id()]; sources.len()];
     beam_search(&encoded, &prompts, &cfg).map_err(core)
 }

@@ -180,14 +180,27 @@ fn cached_decoding_projects_the_source_once_and_equals_uncached() {
             .unwrap()
             .logits,
     );
+    let at = |all: &[f32], i: usize| -> Vec<f32> {
+        (0..2)
+            .flat_map(|b| all[(b * 7 + i) * v..(b * 7 + i + 1) * v].to_vec())
+            .collect()
+    };
     for (i, got) in stepped.into_iter().enumerate() {
-        let got = floats(got);
-        let want_i: Vec<f32> = (0..2)
-            .flat_map(|b| want[(b * 7 + i) * v..(b * 7 + i + 1) * v].to_vec())
-            .collect();
-        let diff = max_abs_diff_slices(&got, &want_i);
+        let diff = max_abs_diff_slices(&floats(got), &at(&want, i));
         assert!(diff < 1e-4, "position {i}: {diff}");
     }
+    // Negative control: with the two sources swapped, the same decoder inputs give
+    // logits that differ by far more than the tolerance, so the check above sees the
+    // source through the cached keys and values.
+    let swapped =
+        Source::from_ids(&[e.sources[1].clone(), e.sources[0].clone()], 0, &device).unwrap();
+    let other = floats(
+        model
+            .forward(&swapped, ids(&e.decoder_input_ids, &device))
+            .unwrap()
+            .logits,
+    );
+    assert!(max_abs_diff_slices(&at(&other, 3), &at(&want, 3)) > 1e-2);
     // Generation with and without the cache: the same tokens; without it, the keys and
     // values are projected again at every step.
     let cfg = GenerationConfig::greedy(10).with_stop_tokens(vec![1]);

@@ -40,6 +40,9 @@ struct Args {
     /// Dropout on the embeddings and sub-layer outputs.
     #[arg(long, default_value_t = 0.2)]
     dropout: f64,
+    /// Label smoothing of the ViT's training loss, in [0, 1) (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    label_smoothing: f32,
     /// Patch side in pixels: 1, 2, 4 or 8.
     #[arg(long, default_value_t = 4)]
     patch: usize,
@@ -100,6 +103,7 @@ fn run(args: Args) -> Result<(), Error> {
     s.batch = args.batch;
     s.lr = args.lr;
     s.dropout = args.dropout;
+    s.label_smoothing = args.label_smoothing;
     s.patch = args.patch;
     s.width = args.width;
     s.layers = args.layers;

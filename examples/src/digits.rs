@@ -42,6 +42,8 @@ pub struct DigitsSettings {
     pub shift_probability: f64,
     /// Dropout on the embeddings and sub-layer outputs.
     pub dropout: f64,
+    /// Label smoothing of the ViT's training loss (0: none).
+    pub label_smoothing: f32,
     /// What the classifier reads: the CLS token or the mean patch token.
     pub pooling: Pooling,
     /// Seed of the split, the weights and the augmentation.
@@ -68,6 +70,7 @@ impl DigitsSettings {
             max_shift: 1,
             shift_probability: 0.25,
             dropout: 0.2,
+            label_smoothing: 0.0,
             pooling: Pooling::Mean,
             seed: 5,
             artifacts: artifacts.into(),
@@ -144,7 +147,7 @@ pub fn train_vit(
     device.seed(s.seed);
     let model = ViTForImageClassification::new(&s.vit_config(), 10, &ad)?;
     let fitted = fit_datasets(
-        ClassificationTask::new(model),
+        ClassificationTask::new(model).with_label_smoothing(s.label_smoothing)?,
         ShiftedDigits::new(train.to_vec(), s.max_shift, s.shift_probability, s.seed),
         InMemDataset::new(test.to_vec()),
         DigitBatcher,

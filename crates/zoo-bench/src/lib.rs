@@ -87,7 +87,13 @@ unsafe impl GlobalAlloc for CountingAlloc {
 }
 
 /// Median wall time of `runs` calls of `f` (after one warm-up call when `warmup`).
-pub fn median_time(runs: usize, warmup: bool, mut f: impl FnMut()) -> Duration {
+pub fn median_time(runs: usize, warmup: bool, f: impl FnMut()) -> Duration {
+    let times = timed_runs(runs, warmup, f);
+    times[times.len() / 2]
+}
+
+/// Wall times of `runs` calls of `f` (after one warm-up call when `warmup`), sorted.
+pub fn timed_runs(runs: usize, warmup: bool, mut f: impl FnMut()) -> Vec<Duration> {
     if warmup {
         f();
     }
@@ -99,7 +105,47 @@ pub fn median_time(runs: usize, warmup: bool, mut f: impl FnMut()) -> Duration {
         })
         .collect();
     times.sort();
-    times[times.len() / 2]
+    times
+}
+
+/// The process's peak resident memory (`VmHWM` of `/proc/self/status`) in MiB, the figure
+/// the PyTorch scripts read as `ru_maxrss`; `None` where the file is missing.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Prints the line `cargo xtask bench` reads from every bench program and PyTorch script:
+/// `bench-result {"unit": ..., "median": ..., "runs": [...], "peak_rss_mib": ...}`, the
+/// runs in `unit` per `per` (milliseconds per call, or per token when `per` is the tokens
+/// of a call), sorted, and any `extra` figures by name.
+pub fn print_result(times: &[Duration], per: usize, extra: &[(&str, f64)]) {
+    let mut runs: Vec<f64> = times
+        .iter()
+        .map(|t| t.as_secs_f64() * 1e3 / per.max(1) as f64)
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    let median = runs.get(runs.len() / 2).copied().unwrap_or(f64::NAN);
+    let list: Vec<String> = runs.iter().map(|r| format!("{r:.3}")).collect();
+    let peak = peak_rss_mib().map_or_else(|| "null".to_string(), |p| format!("{p:.1}"));
+    let extra: String = extra
+        .iter()
+        .map(|(k, v)| format!(", \"{k}\": {v:.3}"))
+        .collect();
+    println!(
+        "bench-result {{\"unit\": \"ms\", \"median\": {median:.3}, \"runs\": [{}], \"peak_rss_mib\": {peak}{extra}}}",
+        list.join(", ")
+    );
+}
+
+/// Exits with status 1 after printing `error: {e}`, for the bench programs' set-up.
+pub fn or_exit<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    })
 }
 
 /// The options of the model bench programs: timed runs, flex's threads and the backend.

@@ -143,6 +143,14 @@ impl<M: TokenLogits> CausalLmTask<M> {
         let logits = self.model.token_logits(batch.inputs, Some(batch.padding))?;
         Ok(counted_positions(logits, batch.targets, batch.target_mask))
     }
+
+    /// The training step's forward: the same as [`Self::forward`].
+    ///
+    /// # Errors
+    /// The model's own.
+    pub fn train_forward(&self, batch: CausalLmBatch) -> Result<SequenceOutput, ModelError> {
+        self.forward(batch)
+    }
 }
 
 fn guarded_optimize<T: Module>(
@@ -167,15 +175,37 @@ pub struct ClassificationTask<M: ClassLogits> {
     pub model: M,
     #[module(skip)]
     guard: Option<Arc<NanGuard>>,
+    #[module(skip)]
+    label_smoothing: Option<f32>,
 }
 
 impl<M: ClassLogits> ClassificationTask<M> {
     /// Wraps a model.
     pub fn new(model: M) -> Self {
-        Self { model, guard: None }
+        Self {
+            model,
+            guard: None,
+            label_smoothing: None,
+        }
     }
 
-    /// Loss, logits and targets.
+    /// Trains against smoothed labels (Szegedy et al., 2016): the target class gets
+    /// `1 - alpha + alpha / K` and every other class `alpha / K`, for `K` classes. Only
+    /// the training loss is smoothed; validation reports the plain cross-entropy.
+    ///
+    /// # Errors
+    /// An `alpha` outside `[0, 1)`.
+    pub fn with_label_smoothing(mut self, alpha: f32) -> Result<Self, ModelError> {
+        if !(0.0..1.0).contains(&alpha) {
+            return Err(ModelError::msg(format!(
+                "label smoothing must be in [0, 1), got {alpha}"
+            )));
+        }
+        self.label_smoothing = (alpha > 0.0).then_some(alpha);
+        Ok(self)
+    }
+
+    /// Loss (the plain cross-entropy), logits and targets.
     ///
     /// # Errors
     /// The model's own.
@@ -183,8 +213,29 @@ impl<M: ClassLogits> ClassificationTask<M> {
         &self,
         batch: ClassificationBatch<M::Input>,
     ) -> Result<ClassificationOutput, ModelError> {
+        self.forward_with(batch, None)
+    }
+
+    /// As [`Self::forward`], with the training loss: smoothed when the task was built
+    /// [`Self::with_label_smoothing`].
+    ///
+    /// # Errors
+    /// The model's own.
+    pub fn train_forward(
+        &self,
+        batch: ClassificationBatch<M::Input>,
+    ) -> Result<ClassificationOutput, ModelError> {
+        self.forward_with(batch, self.label_smoothing)
+    }
+
+    fn forward_with(
+        &self,
+        batch: ClassificationBatch<M::Input>,
+        smoothing: Option<f32>,
+    ) -> Result<ClassificationOutput, ModelError> {
         let output = self.model.class_logits(batch.inputs)?;
         let loss = CrossEntropyLossConfig::new()
+            .with_smoothing(smoothing)
             .init(&output.device())
             .forward(output.clone(), batch.targets.clone());
         Ok(ClassificationOutput {
@@ -221,6 +272,14 @@ impl<M: Seq2SeqLogits> Seq2SeqTask<M> {
             .seq2seq_logits(batch.src, batch.src_padding, batch.tgt_in)?;
         Ok(counted_positions(logits, batch.tgt_out, batch.tgt_mask))
     }
+
+    /// The training step's forward: the same as [`Self::forward`].
+    ///
+    /// # Errors
+    /// The model's own.
+    pub fn train_forward(&self, batch: Seq2SeqBatch) -> Result<SequenceOutput, ModelError> {
+        self.forward(batch)
+    }
 }
 
 /// Attaches the guard to a task before training.
@@ -239,7 +298,7 @@ macro_rules! supervised_steps {
             type Output = $output;
 
             fn step(&self, batch: $input) -> TrainOutput<$output> {
-                let out = match self.forward(batch) {
+                let out = match self.train_forward(batch) {
                     Ok(out) => out,
                     Err(e) => {
                         // Stop the run and hand the learner an empty step; `fit` reports
@@ -459,6 +518,45 @@ mod tests {
         let expected = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
         let loss = f64::from(out.loss.into_scalar::<f32>());
         assert!((loss - expected).abs() < 1e-5, "{loss} vs {expected}");
+    }
+
+    #[test]
+    fn label_smoothing_changes_the_training_loss_only() {
+        let ids =
+            || Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 1], [3]), &test_device());
+        let targets =
+            || Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &test_device());
+        let batch = || ClassificationBatch {
+            inputs: ids(),
+            targets: targets(),
+        };
+        let alpha = 0.1f32;
+        let task = ClassificationTask::new(TableLogits::new())
+            .with_label_smoothing(alpha)
+            .unwrap();
+        // (1 - alpha) * NLL(target) + alpha * mean over the K classes of NLL(class).
+        let smoothed = |input: usize, target: usize| {
+            let a = f64::from(alpha);
+            (1.0 - a) * nll(input, target) + a * (0..3).map(|c| nll(input, c)).sum::<f64>() / 3.0
+        };
+        let expected = (smoothed(0, 0) + smoothed(2, 1) + smoothed(1, 2)) / 3.0;
+        let train = f64::from(
+            task.train_forward(batch())
+                .unwrap()
+                .loss
+                .into_scalar::<f32>(),
+        );
+        assert!((train - expected).abs() < 1e-5, "{train} vs {expected}");
+        let plain = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
+        assert!((train - plain).abs() > 1e-2, "smoothing moved nothing");
+        let valid = f64::from(task.forward(batch()).unwrap().loss.into_scalar::<f32>());
+        assert!((valid - plain).abs() < 1e-5, "{valid} vs {plain}");
+        for bad in [-0.1f32, 1.0, f32::NAN] {
+            let err = ClassificationTask::new(TableLogits::new())
+                .with_label_smoothing(bad)
+                .unwrap_err();
+            assert!(err.to_string().contains(&format!("{bad}")), "{err}");
+        }
     }
 
     #[test]

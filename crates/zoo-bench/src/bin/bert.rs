@@ -8,7 +8,7 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::median_time;
+use zoo_bench::{print_result, timed_runs};
 use zoo_encoder::{BertConfig, EncoderInput};
 
 /// Times BERT-base forward.
@@ -43,7 +43,7 @@ fn main() {
         .map(|i| ((i * 7919) % 29000 + 1000) as i64)
         .collect();
     let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, t]), &device);
-    let time = median_time(args.common.runs, true, || {
+    let times = timed_runs(args.common.runs, true, || {
         let out = model
             .forward(EncoderInput::new(tokens.clone()))
             .expect("a valid input");
@@ -53,7 +53,8 @@ fn main() {
     println!(
         "bert-base forward {b}x{t} on {}: {:.1} ms (median of {})",
         args.common.device,
-        time.as_secs_f64() * 1e3,
+        times[times.len() / 2].as_secs_f64() * 1e3,
         args.common.runs
     );
+    print_result(&times, 1, &[]);
 }

@@ -8,7 +8,7 @@
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::median_time;
+use zoo_bench::{print_result, timed_runs};
 use zoo_vision::{ImageInput, ViTConfig};
 
 /// Times ViT-B/16 forward.
@@ -39,7 +39,7 @@ fn main() {
         Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let time = median_time(args.common.runs, true, || {
+    let times = timed_runs(args.common.runs, true, || {
         let out = model
             .forward(ImageInput::new(pixels.clone()))
             .expect("a valid input");
@@ -50,7 +50,8 @@ fn main() {
         "vit-b/16 forward {}x3x224x224 on {}: {:.1} ms (median of {})",
         args.batch,
         args.common.device,
-        time.as_secs_f64() * 1e3,
+        times[times.len() / 2].as_secs_f64() * 1e3,
         args.common.runs
     );
+    print_result(&times, 1, &[]);
 }

@@ -1,0 +1,110 @@
+//! Times GPT-2 small (`DecoderConfig::gpt2_small()`, random weights) in inference mode:
+//!
+//! - `--mode forward`: the logits of every position of `--batch` rows of `--len` token
+//!   ids, in ms per forward pass;
+//! - `--mode generate`: greedy decoding with the KV cache, `--new` tokens after a
+//!   `--prompt`-token prompt, in ms per new token (the prompt's pass included).
+//!
+//! One warm-up, then `--runs` timed calls. Its PyTorch counterpart is
+//! `xtask/bench/gpt2.py` (HF `transformers` `GPT2LMHeadModel`), run with the same shapes
+//! and thread count.
+//!
+//! `cargo xtask bench gpt2 [--mode forward|generate] [--batch 1] [--len 128] [--prompt 16] [--new 64] [--runs 5] [--threads 2] [--device flex]`
+
+use burn::tensor::{Int, Tensor, TensorData};
+use clap::builder::RangedU64ValueParser;
+use clap::{Parser, ValueEnum};
+use zoo_bench::{or_exit, print_result, timed_runs};
+use zoo_core::{GenerationConfig, generate};
+use zoo_decoder::{DecoderConfig, DecoderInput};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// One forward pass over every position.
+    Forward,
+    /// Greedy generation with the KV cache.
+    Generate,
+}
+
+/// Times GPT-2 small.
+#[derive(Debug, Parser)]
+struct Args {
+    /// What to time.
+    #[arg(long, value_enum, default_value_t = Mode::Forward)]
+    mode: Mode,
+    /// Rows per batch (forward).
+    #[arg(long, default_value_t = 1, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    batch: usize,
+    /// Tokens per row (forward; at most 1024).
+    #[arg(long, default_value_t = 128, value_parser = RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    len: usize,
+    /// Prompt tokens (generate).
+    #[arg(long, default_value_t = 16, value_parser = RangedU64ValueParser::<usize>::new().range(1..=512))]
+    prompt: usize,
+    /// New tokens (generate).
+    #[arg(long, default_value_t = 64, value_parser = RangedU64ValueParser::<usize>::new().range(1..=512))]
+    new: usize,
+    #[command(flatten)]
+    common: zoo_bench::Common,
+}
+
+/// Deterministic ids spread over the vocabulary, the same formula as the PyTorch script.
+fn ids(n: usize) -> Vec<usize> {
+    (0..n).map(|i| (i * 7919) % 50000 + 100).collect()
+}
+
+fn main() {
+    let args = Args::parse();
+    let device = args.common.start().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    });
+    device.seed(0);
+    let model = or_exit(DecoderConfig::gpt2_small().init(&device));
+    let runs = args.common.runs;
+    match args.mode {
+        Mode::Forward => {
+            let (b, t) = (args.batch, args.len);
+            let data: Vec<i64> = ids(b * t).into_iter().map(|i| i as i64).collect();
+            let tokens = Tensor::<2, Int>::from_data(TensorData::new(data, [b, t]), &device);
+            let times = timed_runs(runs, true, || {
+                let out = model
+                    .forward(DecoderInput::new(tokens.clone()))
+                    .expect("a valid input");
+                // Reading a value back waits for the backend to finish.
+                let _ = out.logits.slice([0..1, 0..1, 0..1]).into_data();
+            });
+            println!(
+                "gpt2-small forward {b}x{t} on {}: {:.1} ms (median of {runs})",
+                args.common.device,
+                times[times.len() / 2].as_secs_f64() * 1e3
+            );
+            print_result(&times, 1, &[]);
+        }
+        Mode::Generate => {
+            let prompt = ids(args.prompt);
+            let cfg = GenerationConfig::greedy(args.new);
+            let mut produced = 0;
+            let times = timed_runs(runs, true, || {
+                let out = generate(&model, std::slice::from_ref(&prompt), &cfg, |_, _| {})
+                    .expect("a valid prompt");
+                produced = out.tokens[0].len();
+            });
+            if produced != args.new {
+                eprintln!(
+                    "error: generated {produced} tokens, not the {} asked for",
+                    args.new
+                );
+                std::process::exit(1);
+            }
+            println!(
+                "gpt2-small greedy generation, prompt {} + {} new, on {}: {:.2} ms per token (median of {runs})",
+                args.prompt,
+                args.new,
+                args.common.device,
+                times[times.len() / 2].as_secs_f64() * 1e3 / args.new as f64
+            );
+            print_result(&times, args.new, &[]);
+        }
+    }
+}

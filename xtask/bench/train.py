@@ -1,0 +1,74 @@
+"""PyTorch counterpart of zoo-bench's `train` binary: one AdamW step (forward,
+cross-entropy over every position, backward, update, loss read back) of a small
+character-level decoder with random weights on the same ids of a 65-character vocabulary.
+
+- --preset char: HF GPT2LMHeadModel of width 64, 4 heads, 4 layers, block 16, exact GELU,
+  dropout 0.1, batch 64 (the zoo's `DecoderConfig::char_gpt`);
+- --preset gpt2 / llama: GPT2LMHeadModel or LlamaForCausalLM of 4 layers, 4 heads, width
+  128, block 64, no dropout, batch 12 (Llama: SwiGLU of 341, 2 KV heads, RMSNorm 1e-6,
+  untied head, no biases), as the zoo's Shakespeare configuration.
+
+Three warm-up steps, then the median of RUNS steps.
+
+Usage: python train.py [--preset char|gpt2|llama] [--runs 5] [--threads 2]
+"""
+
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from common import print_result, start, timed_runs
+
+VOCAB = 65
+
+p = argparse.ArgumentParser()
+p.add_argument("--preset", choices=["char", "gpt2", "llama"], default="char")
+p.add_argument("--runs", type=int, default=5)
+p.add_argument("--threads", type=int, default=2)
+a = p.parse_args()
+start(a.threads)
+if a.preset == "char":
+    batch, block = 64, 16
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=block, n_embd=64, n_layer=4, n_head=4,
+                     activation_function="gelu", resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
+    model = GPT2LMHeadModel(cfg)
+elif a.preset == "gpt2":
+    batch, block = 12, 64
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=block, n_embd=128, n_layer=4, n_head=4,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    model = GPT2LMHeadModel(cfg)
+else:
+    batch, block = 12, 64
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=341,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=block, rms_norm_eps=1e-6,
+                      tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    model = LlamaForCausalLM(cfg)
+model.train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+# The zoo program's ids: (i * 7919 + 13) % 65, rows of block + 1.
+ids = ((torch.arange(batch * (block + 1)) * 7919 + 13) % VOCAB).reshape(batch, block + 1)
+inputs, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+last = [float("nan")]
+
+
+def step():
+    logits = model(input_ids=inputs).logits
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    last[0] = loss.item()
+
+
+times = timed_runs(a.runs, 3, step)
+params = sum(p.numel() for p in model.parameters())
+print(
+    f"{a.preset} training step ({params} parameters, batch {batch} x {block}) on torch "
+    f"{torch.__version__} ({a.threads} threads): {1e3 * statistics.median(times):.1f} ms "
+    f"(median of {a.runs}), last loss {last[0]:.3f}"
+)
+print_result(times)

@@ -1,0 +1,677 @@
+//! `cargo xtask bench [--quick]`: the zoo against PyTorch, side by side, in one run.
+//!
+//! Each row names a `zoo-bench` program and its PyTorch script (`xtask/bench/*.py`),
+//! with the same shapes. For every round, the zoo program runs once on each backend,
+//! then the script once, in turn, all with the same thread count. Each process warms up
+//! and takes the median of its own timed runs, and prints a `bench-result` line. A
+//! ratio is zoo / PyTorch within one round, so a drift in the machine's speed between
+//! rounds does not enter it; the table gives the median over the rounds.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use crate::{CargoEnv, MATRIX_FEATURES, Result, ensure_reference_packages, setup, workspace_root};
+
+/// One row of the table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The issue's row number and a short name.
+    pub id: &'static str,
+    /// What is measured, for the table.
+    pub title: &'static str,
+    /// `zoo-bench` program and its arguments (the backend and threads are added).
+    pub zoo: (&'static str, Vec<&'static str>),
+    /// PyTorch script in `xtask/bench` and its arguments, when the row has one.
+    pub torch: Option<(&'static str, Vec<&'static str>)>,
+    /// Unit of the figures.
+    pub unit: &'static str,
+    /// The figure compared: `median` (time) or `peak_extra_mib` (memory).
+    pub figure: &'static str,
+    /// Backends this row runs on (`None`: all that were asked for).
+    pub backends: Option<&'static [&'static str]>,
+}
+
+fn row(
+    id: &'static str,
+    title: &'static str,
+    zoo: (&'static str, &[&'static str]),
+    torch: Option<(&'static str, &[&'static str])>,
+) -> Row {
+    Row {
+        id,
+        title,
+        zoo: (zoo.0, zoo.1.to_vec()),
+        torch: torch.map(|(s, a)| (s, a.to_vec())),
+        unit: "ms",
+        figure: "median",
+        backends: None,
+    }
+}
+
+/// Every row of the full run, in the issue's order.
+pub fn rows() -> Vec<Row> {
+    let fwd1 = ["--mode", "forward", "--batch", "1", "--len", "128"];
+    let fwd8 = ["--mode", "forward", "--batch", "8", "--len", "128"];
+    let generate = ["--mode", "generate", "--prompt", "16", "--new", "64"];
+    let mut rows = vec![
+        row(
+            "1a",
+            "GPT-2 small forward, 1 × 128",
+            ("gpt2", &fwd1),
+            Some(("gpt2.py", &fwd1)),
+        ),
+        row(
+            "1b",
+            "GPT-2 small forward, 8 × 128",
+            ("gpt2", &fwd8),
+            Some(("gpt2.py", &fwd8)),
+        ),
+        Row {
+            unit: "ms/token",
+            ..row(
+                "2",
+                "GPT-2 small greedy generation, KV cache, prompt 16 + 64 new",
+                ("gpt2", &generate),
+                Some(("gpt2.py", &generate)),
+            )
+        },
+        row(
+            "3",
+            "BERT-base forward, 8 × 128",
+            ("bert", &["--batch", "8", "--len", "128"]),
+            Some(("bert.py", &["--batch", "8", "--len", "128"])),
+        ),
+        row(
+            "4",
+            "ViT-B/16 forward, 1 × 224²",
+            ("vit", &["--batch", "1"]),
+            Some(("vit.py", &["--batch", "1"])),
+        ),
+        row(
+            "5",
+            "AdamW step, character GPT (d 64, 4 × 4, block 16, batch 64)",
+            ("train", &["--preset", "char"]),
+            Some(("train.py", &["--preset", "char"])),
+        ),
+        row(
+            "6a",
+            "AdamW step, Shakespeare GPT-2 (d 128, 4 × 4, block 64, batch 12)",
+            ("train", &["--preset", "gpt2"]),
+            Some(("train.py", &["--preset", "gpt2"])),
+        ),
+        row(
+            "6b",
+            "AdamW step, Shakespeare Llama (d 128, 4 × 4, block 64, batch 12)",
+            ("train", &["--preset", "llama"]),
+            Some(("train.py", &["--preset", "llama"])),
+        ),
+    ];
+    for (id, len) in [("7 T=512", "512"), ("7 T=2048", "2048")] {
+        for (path, title) in [
+            ("fused", "fused"),
+            ("reference", "reference"),
+            ("chunked", "chunked (128 × 128)"),
+        ] {
+            rows.push(Row {
+                title: leak(format!(
+                    "causal attention, 8 × 64, T = {len}: {title} vs SDPA"
+                )),
+                ..row(
+                    id,
+                    "",
+                    ("sdpa", &["--path", path, "--len", len]),
+                    Some(("sdpa.py", &["--len", len])),
+                )
+            });
+        }
+    }
+    // The counting allocator sees host memory only: flex and ndarray.
+    for (path, title) in [
+        ("chunked", "chunked (128 × 128)"),
+        ("reference", "reference"),
+    ] {
+        rows.push(Row {
+            title: leak(format!(
+                "attention memory beyond the inputs, T = 8192: {title}"
+            )),
+            unit: "MiB",
+            figure: "peak_extra_mib",
+            backends: Some(&["flex", "ndarray"]),
+            ..row(
+                "8",
+                "",
+                ("sdpa", &["--path", path, "--len", "8192", "--runs", "1"]),
+                None,
+            )
+        });
+    }
+    rows
+}
+
+/// The `--quick` subset: one small row of each kind.
+pub fn quick_rows() -> Vec<Row> {
+    rows()
+        .into_iter()
+        .filter(|r| {
+            r.id == "1a" || r.id == "5" || (r.id == "7 T=512" && r.zoo.1.contains(&"fused"))
+        })
+        .collect()
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// Options of the suite.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub quick: bool,
+    pub rounds: usize,
+    pub threads: usize,
+    pub backends: Vec<String>,
+    pub only: Vec<String>,
+    pub output: Option<PathBuf>,
+}
+
+impl Options {
+    /// Parses `[--quick] [--rounds N] [--threads N] [--backends a,b] [--rows 1a,5] [--output PATH|--no-write]`.
+    pub fn parse(args: &[String]) -> Result<Self> {
+        let mut o = Self {
+            quick: false,
+            rounds: 3,
+            threads: 2,
+            backends: vec!["flex".into(), "ndarray".into(), "tch".into()],
+            only: Vec::new(),
+            output: Some(workspace_root().join("docs/benchmarks.md")),
+        };
+        let mut rounds_given = false;
+        let mut write_given = false;
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| {
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("bench: {name} needs a value"))
+            };
+            match a.as_str() {
+                "--quick" => o.quick = true,
+                "--rounds" => {
+                    o.rounds = positive("--rounds", &value("--rounds")?)?;
+                    rounds_given = true;
+                }
+                "--threads" => o.threads = positive("--threads", &value("--threads")?)?,
+                "--backends" => o.backends = list(&value("--backends")?),
+                "--rows" => o.only = list(&value("--rows")?),
+                "--output" => {
+                    o.output = Some(PathBuf::from(value("--output")?));
+                    write_given = true;
+                }
+                "--no-write" => {
+                    o.output = None;
+                    write_given = true;
+                }
+                other => {
+                    return Err(format!(
+                        "bench: unknown option `{other}` (known: --quick, --rounds N, --threads N, \
+                         --backends flex,ndarray,tch, --rows IDS, --output PATH, --no-write)"
+                    ));
+                }
+            }
+        }
+        for b in &o.backends {
+            if !["flex", "ndarray", "tch", "wgpu"].contains(&b.as_str()) {
+                return Err(format!(
+                    "bench: unknown backend `{b}` (known: flex, ndarray, tch, wgpu)"
+                ));
+            }
+        }
+        if o.backends.is_empty() {
+            return Err("bench: --backends is empty".into());
+        }
+        if o.quick {
+            if !rounds_given {
+                o.rounds = 1;
+            }
+            // A subset does not replace the table of the full run unless asked to.
+            if !write_given {
+                o.output = None;
+            }
+        }
+        Ok(o)
+    }
+}
+
+fn positive(name: &str, v: &str) -> Result<usize> {
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "bench: {name} must be a whole number > 0, got {v:?}"
+        )),
+    }
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The figures of one process, read from its `bench-result` line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measured {
+    pub value: f64,
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// Reads `figure` and `peak_rss_mib` from the last `bench-result {...}` line of `stdout`.
+pub fn parse_result(stdout: &str, figure: &str) -> Option<Measured> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("bench-result "))?;
+    let number = |key: &str| -> Option<f64> {
+        let at = line.find(&format!("\"{key}\":"))? + key.len() + 3;
+        let rest = line[at..].trim_start();
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    Some(Measured {
+        value: number(figure)?,
+        peak_rss_mib: number("peak_rss_mib"),
+    })
+}
+
+/// Median of a non-empty list (the mean of the middle two for an even count).
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        f64::midpoint(v[n / 2 - 1], v[n / 2])
+    })
+}
+
+/// One cell's rounds: the zoo's figure, PyTorch's (same round) and their peaks.
+#[derive(Debug, Default, Clone)]
+struct Cell {
+    zoo: Vec<f64>,
+    torch: Vec<f64>,
+    ratios: Vec<f64>,
+    zoo_rss: Vec<f64>,
+    torch_rss: Vec<f64>,
+    errors: Vec<String>,
+}
+
+fn run_process(mut command: Command, what: &str) -> std::result::Result<String, String> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(format!("{what}: {} ({last})", output.status));
+    }
+    Ok(stdout)
+}
+
+fn capture(command: &mut Command) -> String {
+    command
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The machine, for the table's header: CPU model, cores and memory.
+fn machine() -> String {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let mem = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<f64>().ok())
+        })
+        .map_or_else(|| "?".into(), |k| format!("{:.0}", k / 1024.0 / 1024.0));
+    format!("{cpu}, {cores} cores, {mem} GiB")
+}
+
+/// Runs the suite; prints the table and writes it when an output is set.
+pub fn run(args: &[String]) -> Result<bool> {
+    let options = Options::parse(args)?;
+    let venv = setup()?;
+    ensure_reference_packages(&venv)?;
+    let cargo_env = CargoEnv::new(&venv)?;
+    let mut build = cargo_env.cargo([
+        "build",
+        "--release",
+        "--workspace",
+        "--bins",
+        "--features",
+        MATRIX_FEATURES,
+    ]);
+    crate::run_checked(&mut build, "bench build")?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("release");
+    let python = venv.join("bin").join("python");
+    let scripts = workspace_root().join("xtask/bench");
+    let threads = options.threads.to_string();
+    let mut rows = if options.quick { quick_rows() } else { rows() };
+    if !options.only.is_empty() {
+        rows.retain(|r| options.only.iter().any(|o| r.id.starts_with(o.as_str())));
+        if rows.is_empty() {
+            return Err(format!(
+                "bench: no row matches --rows {}",
+                options.only.join(",")
+            ));
+        }
+    }
+    let started = Instant::now();
+    let mut table: Vec<(Row, Vec<(String, Cell)>)> = Vec::new();
+    for row in rows {
+        let backends: Vec<String> = options
+            .backends
+            .iter()
+            .filter(|b| row.backends.is_none_or(|only| only.contains(&b.as_str())))
+            .cloned()
+            .collect();
+        let mut cells: Vec<(String, Cell)> = backends
+            .iter()
+            .map(|b| (b.clone(), Cell::default()))
+            .collect();
+        for round in 0..options.rounds {
+            let mut zoo_this_round = Vec::new();
+            for (backend, cell) in &mut cells {
+                let mut command = Command::new(target.join(row.zoo.0));
+                command
+                    .args(&row.zoo.1)
+                    .args(["--device", backend, "--threads", &threads])
+                    .envs(cargo_env.vars.iter().map(|(k, v)| (k, v)))
+                    // libtorch sizes its pool from these when the tch backend starts.
+                    .env("OMP_NUM_THREADS", &threads)
+                    .env("MKL_NUM_THREADS", &threads);
+                let what = format!("{} {} on {backend}", row.zoo.0, row.zoo.1.join(" "));
+                println!("bench [{}] round {}: zoo {what}", row.id, round + 1);
+                match run_process(command, &what).and_then(|out| {
+                    parse_result(&out, row.figure).ok_or(format!("{what}: no bench-result line"))
+                }) {
+                    Ok(m) => {
+                        cell.zoo.push(m.value);
+                        cell.zoo_rss.extend(m.peak_rss_mib);
+                        zoo_this_round.push(Some(m.value));
+                    }
+                    Err(e) => {
+                        println!("  {e}");
+                        cell.errors.push(e);
+                        zoo_this_round.push(None);
+                    }
+                }
+            }
+            if let Some((script, script_args)) = &row.torch {
+                let mut command = Command::new(&python);
+                command
+                    .arg(scripts.join(script))
+                    .args(script_args)
+                    .args(["--threads", &threads])
+                    .current_dir(&scripts)
+                    .env("OMP_NUM_THREADS", &threads)
+                    .env("MKL_NUM_THREADS", &threads);
+                let what = format!("{script} {}", script_args.join(" "));
+                println!("bench [{}] round {}: torch {what}", row.id, round + 1);
+                match run_process(command, &what).and_then(|out| {
+                    parse_result(&out, row.figure).ok_or(format!("{what}: no bench-result line"))
+                }) {
+                    Ok(m) => {
+                        for ((_, cell), zoo) in cells.iter_mut().zip(&zoo_this_round) {
+                            cell.torch.push(m.value);
+                            cell.torch_rss.extend(m.peak_rss_mib);
+                            if let Some(z) = zoo {
+                                cell.ratios.push(z / m.value);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        println!("  {e}");
+                        for (_, cell) in &mut cells {
+                            cell.errors.push(e.clone());
+                        }
+                    }
+                }
+            }
+        }
+        table.push((row, cells));
+    }
+    let report = render(&table, &options, &python, started.elapsed().as_secs_f64());
+    println!("\n{report}");
+    if let Some(path) = &options.output {
+        write_atomic(path, &report)?;
+        println!("bench: wrote {}", path.display());
+    }
+    let failed = table
+        .iter()
+        .any(|(_, cells)| cells.iter().any(|(_, c)| !c.errors.is_empty()));
+    Ok(!failed)
+}
+
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    let tmp = path.with_extension("md.tmp");
+    fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn fmt(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// The markdown report: header (machine, date, versions, method), then one table line
+/// per row and backend, the best zoo backend of each row in bold.
+fn render(
+    table: &[(Row, Vec<(String, Cell)>)],
+    options: &Options,
+    python: &Path,
+    seconds: f64,
+) -> String {
+    let date = capture(Command::new("date").args(["-u", "+%Y-%m-%d"]));
+    let versions = capture(Command::new(python).args([
+        "-c",
+        "import torch, transformers; print(f'torch {torch.__version__}, transformers {transformers.__version__}')",
+    ]));
+    let burn = burn_version().unwrap_or_else(|| "?".into());
+    let mut out = String::new();
+    out.push_str("# Benchmarks against PyTorch\n\n");
+    out.push_str(&format!(
+        "Written by `cargo xtask bench{}` on {date}, in {:.0} min.\n\n",
+        if options.quick { " --quick" } else { "" },
+        seconds / 60.0
+    ));
+    out.push_str(&format!(
+        "- Machine: {}.\n- Versions: Burn {burn}; {versions}.\n- Threads: {} on both sides \
+         (flex's pool, libtorch's and PyTorch's).\n- Method: for each row, {} round(s); in \
+         a round the zoo's program runs once on each backend, then the PyTorch script once. \
+         Each process warms up, then times 5 calls and reports their median (the training \
+         rows warm up for 3 steps). A figure below is the median over the rounds; a ratio \
+         is zoo / PyTorch within a round, then the median over the rounds. Peak RSS is each \
+         process's high-water mark (`VmHWM`, `ru_maxrss`), the median over the rounds.\n\
+         - Bold: the fastest zoo backend of the row.\n\n",
+        machine(),
+        options.threads,
+        options.rounds
+    ));
+    out.push_str(
+        "| row | workload | backend | zoo | PyTorch | zoo / PyTorch | zoo peak RSS (MiB) | PyTorch peak RSS (MiB) |\n",
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    for (row, cells) in table {
+        let best = cells
+            .iter()
+            .filter_map(|(b, c)| median(&c.zoo).map(|m| (b, m)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(b, _)| b.clone());
+        for (backend, cell) in cells {
+            let name = if Some(backend) == best.as_ref() && cells.len() > 1 {
+                format!("**{backend}**")
+            } else {
+                backend.clone()
+            };
+            let zoo = if cell.zoo.is_empty() {
+                format!("failed: {}", cell.errors.first().map_or("", String::as_str))
+            } else {
+                format!("{} {}", fmt(median(&cell.zoo)), row.unit)
+            };
+            let torch = if row.torch.is_some() {
+                median(&cell.torch).map_or("-".into(), |t| format!("{} {}", fmt(Some(t)), row.unit))
+            } else {
+                "-".into()
+            };
+            out.push_str(&format!(
+                "| {} | {} | {name} | {zoo} | {torch} | {} | {} | {} |\n",
+                row.id,
+                row.title,
+                fmt(median(&cell.ratios)),
+                fmt(median(&cell.zoo_rss)),
+                if row.torch.is_some() {
+                    fmt(median(&cell.torch_rss))
+                } else {
+                    "-".into()
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// Burn's version from `Cargo.lock`.
+fn burn_version() -> Option<String> {
+    let lock = fs::read_to_string(workspace_root().join("Cargo.lock")).ok()?;
+    let mut lines = lock.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() == "name = \"burn\"" {
+            return lines
+                .next()?
+                .trim()
+                .strip_prefix("version = \"")?
+                .strip_suffix('"')
+                .map(String::from);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_lines_are_read_from_both_sides() {
+        let zoo = "gpt2-small forward 1x128 on flex: 455.0 ms\nbench-result {\"unit\": \"ms\", \"median\": 455.125, \"runs\": [450.0, 455.125, 470.5], \"peak_rss_mib\": 812.5}\n";
+        let m = parse_result(zoo, "median").unwrap();
+        assert_eq!(m.value, 455.125);
+        assert_eq!(m.peak_rss_mib, Some(812.5));
+        // Python's json.dumps writes the same fields; extra figures are found by name.
+        let py = "bench-result {\"unit\": \"ms\", \"median\": 3.5, \"runs\": [3.5], \"peak_rss_mib\": 1e3, \"peak_extra_mib\": 2.25}";
+        assert_eq!(parse_result(py, "peak_extra_mib").unwrap().value, 2.25);
+        assert_eq!(
+            parse_result(py, "median").unwrap().peak_rss_mib,
+            Some(1000.0)
+        );
+        assert_eq!(parse_result("no result here", "median"), None);
+        assert_eq!(parse_result(py, "no_such_figure"), None);
+        let null_peak = "bench-result {\"median\": 1.0, \"peak_rss_mib\": null}";
+        assert_eq!(
+            parse_result(null_peak, "median").unwrap().peak_rss_mib,
+            None
+        );
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 5.0]), Some(5.0));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let parse =
+            |a: &[&str]| Options::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let o = parse(&[]).unwrap();
+        assert_eq!((o.quick, o.rounds, o.threads), (false, 3, 2));
+        assert!(o.output.is_some());
+        let q = parse(&["--quick"]).unwrap();
+        assert_eq!(q.rounds, 1);
+        assert!(
+            q.output.is_none(),
+            "a quick run does not replace the full table"
+        );
+        let o = parse(&["--backends", "flex,tch", "--rows", "1a,5", "--rounds", "2"]).unwrap();
+        assert_eq!(o.backends, ["flex", "tch"]);
+        assert_eq!(o.only, ["1a", "5"]);
+        assert_eq!(o.rounds, 2);
+        for (bad, says) in [
+            (
+                &["--rounds", "0"][..],
+                "--rounds must be a whole number > 0, got \"0\"",
+            ),
+            (
+                &["--threads", "two"][..],
+                "--threads must be a whole number > 0, got \"two\"",
+            ),
+            (&["--backends", "cpu"][..], "unknown backend `cpu`"),
+            (&["--round", "2"][..], "unknown option `--round`"),
+            (&["--rounds"][..], "--rounds needs a value"),
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_row_has_a_program_and_a_script_that_exist() {
+        let root = workspace_root();
+        for r in rows() {
+            let bin = root.join(format!("crates/zoo-bench/src/bin/{}.rs", r.zoo.0));
+            assert!(bin.is_file(), "{}: {}", r.id, bin.display());
+            if let Some((script, _)) = &r.torch {
+                let py = root.join("xtask/bench").join(script);
+                assert!(py.is_file(), "{}: {}", r.id, py.display());
+            }
+        }
+        let quick: Vec<&str> = quick_rows().iter().map(|r| r.id).collect();
+        assert_eq!(quick, ["1a", "5", "7 T=512"]);
+    }
+}

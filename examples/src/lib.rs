@@ -2,6 +2,30 @@
 //! (used by the `names` example and its learning test) and small language-model helpers.
 
 pub mod digits;
+
+/// The first of the tutorials' debugging labs, settled by the type system: token ids
+/// (`Tensor<2, Int>`) given where embeddings (`Tensor<3>`, `[B, T, d_model]`) belong do
+/// not compile, so the mistake never reaches a kernel. The other labs are runtime errors,
+/// tested in `tests/debugging_labs.rs`.
+///
+/// ```compile_fail
+/// use burn::tensor::{Int, Tensor, TensorData};
+/// use zoo_attention::AttentionInput;
+/// let device = zoo_device::test_device();
+/// let ids = Tensor::<2, Int>::from_data(TensorData::new(vec![3i64, 4, 5], [1, 3]), &device);
+/// let _ = AttentionInput::self_attn(ids); // expected `Tensor<3>`, found `Tensor<2, Int>`
+/// ```
+///
+/// The same call with embeddings compiles (so the failure above is the type's):
+///
+/// ```
+/// use burn::tensor::Tensor;
+/// use zoo_attention::AttentionInput;
+/// let device = zoo_device::test_device();
+/// let x = Tensor::<3>::zeros([1, 3, 16], &device);
+/// let _ = AttentionInput::self_attn(x);
+/// ```
+pub mod labs {}
 pub mod g2p;
 pub mod globe;
 
@@ -15,6 +39,12 @@ use zoo_data::{CausalLmBatcher, CausalLmItem, CharVocab};
 use zoo_decoder::bigram::BigramModel;
 use zoo_decoder::model::masked_cross_entropy;
 use zoo_decoder::{DecoderConfig, DecoderInput, DecoderLm};
+
+/// Every example (and test) linking this crate allocates through mimalloc, which keeps
+/// freed tensor buffers for reuse; glibc's allocator hands large ones back to the OS and
+/// pays page faults to get them again on the next step.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Boxed error for the example programs.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;

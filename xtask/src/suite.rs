@@ -68,8 +68,10 @@ pub fn rows() -> Vec<Row> {
             ("gpt2", &fwd8),
             Some(("gpt2.py", &fwd8)),
         ),
+        // ndarray decodes at about 0.6 s a token here, 4 minutes a process: left out.
         Row {
             unit: "ms/token",
+            backends: Some(&["flex", "tch", "wgpu"]),
             ..row(
                 "2",
                 "GPT-2 small greedy generation, KV cache, prompt 16 + 64 new",

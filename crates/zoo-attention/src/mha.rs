@@ -135,6 +135,27 @@ impl MultiHeadAttentionConfig {
         self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
     }
 
+    /// Trainable parameters of the layer [`Self::init`] builds, counted from the
+    /// configuration alone: the Q, K, V (or fused QKV) and output projections with their
+    /// biases, and T5's relative bias table. RoPE's tables are not parameters.
+    pub fn num_params(&self) -> usize {
+        let (hd, kv) = (self.head_dim(), self.kv_heads());
+        let d_ctx = self.d_context.unwrap_or(self.d_model);
+        let linear =
+            |d_in: usize, d_out: usize, bias: bool| d_in * d_out + usize::from(bias) * d_out;
+        let qkv = if self.fused_qkv {
+            linear(self.d_model, (self.n_heads + 2 * kv) * hd, self.qkv_bias)
+        } else {
+            linear(self.d_model, self.n_heads * hd, self.qkv_bias)
+                + 2 * linear(d_ctx, kv * hd, self.qkv_bias)
+        };
+        let bias_table = match self.position_bias {
+            PositionBias::T5 { num_buckets, .. } => num_buckets * self.n_heads,
+            _ => 0,
+        };
+        qkv + linear(self.n_heads * hd, self.d_model, self.out_bias) + bias_table
+    }
+
     /// Checks the configuration.
     ///
     /// # Errors

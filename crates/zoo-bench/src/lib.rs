@@ -1,11 +1,20 @@
 //! Measurement helpers for the zoo's benchmarks: a counting allocator for peak memory and
 //! a median timer.
+//!
+//! Every bench program runs on [`ALLOC`]: mimalloc, the allocator of the zoo's programs,
+//! with live bytes counted.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use mimalloc::MiMalloc;
+
+/// The global allocator of every bench program: mimalloc, counted.
+#[global_allocator]
+pub static ALLOC: CountingAlloc = CountingAlloc::new();
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// A global allocator that counts live bytes and their peak.
+/// A global allocator (mimalloc underneath) that counts live bytes and their peak.
 #[derive(Debug)]
 pub struct CountingAlloc {
     live: AtomicUsize,
@@ -45,14 +54,14 @@ impl Default for CountingAlloc {
     }
 }
 
-// Every call is forwarded to the system allocator unchanged; only the counters are
+// Every call is forwarded to mimalloc unchanged; only the counters are
 // updated. `GlobalAlloc` can only be implemented with `unsafe`, the one place the
 // workspace allows it.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's layout.
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { MiMalloc.alloc(layout) };
         if !p.is_null() {
             let now = self.live.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             self.peak.fetch_max(now, Ordering::Relaxed);
@@ -62,13 +71,13 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { MiMalloc.dealloc(ptr, layout) };
         self.live.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded unchanged.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { MiMalloc.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             if new_size >= layout.size() {
                 let now = self

@@ -62,6 +62,10 @@ use zoo_vision::ImageProcessor;
 use crate::error::{CliError, Result};
 use crate::models::{Checkpoint, Loaded, floats};
 
+/// mimalloc keeps freed tensor buffers for reuse (see the workspace's Cargo.toml).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "zoo",

@@ -172,6 +172,28 @@ impl DecoderConfig {
             .with_dropout(self.dropout)
     }
 
+    /// Trainable parameters of the model [`Self::init`] builds, counted from the
+    /// configuration alone (no weights are allocated, so it works for any size):
+    /// token embeddings, the learned position table, the blocks, the final norm and an
+    /// untied head.
+    pub fn num_params(&self) -> usize {
+        let d = self.d_model;
+        let positions = match self.positions {
+            PositionKind::Learned => self.max_len * d,
+            PositionKind::Rope { .. } => 0,
+        };
+        let head = if self.tie_embeddings {
+            0
+        } else {
+            self.vocab_size * d
+        };
+        self.vocab_size * d
+            + positions
+            + self.n_layers * self.block().num_params()
+            + self.norm.num_params(d)
+            + head
+    }
+
     /// Checks the sizes the blocks do not check themselves.
     ///
     /// # Errors

@@ -63,29 +63,33 @@ impl CausalLm for DecoderLm {
         let [b, t] = step.dims();
         let positions =
             Positions::from_rows(&step.positions, &device).map_err(DecoderError::from)?;
-        let flat: Vec<bool> = step.key_padding.iter().flatten().copied().collect();
-        let tk = step.key_padding.first().map_or(0, Vec::len);
-        let pad =
-            Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(flat, [b, tk]), &device);
-        // A sliding cache holds only the last `window` positions: the padding mask then
-        // covers those and the new ones.
-        let pad = match &cache {
-            Some(c) => {
-                let held = c.layers.first().map_or(0, zoo_attention::KvCache::len);
-                pad.slice([0..b, tk - held - t..tk])
+        let mut input = DecoderInput::from_ids(&step.tokens, &device)?.positions(positions);
+        // Without a padded row no key is masked, and the attention needs no mask at all.
+        if step.key_padding.iter().flatten().any(|&p| p) {
+            let flat: Vec<bool> = step.key_padding.iter().flatten().copied().collect();
+            let tk = step.key_padding.first().map_or(0, Vec::len);
+            let pad =
+                Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(flat, [b, tk]), &device);
+            // A sliding cache holds only the last `window` positions: the padding mask
+            // then covers those and the new ones.
+            let pad = match &cache {
+                Some(c) => {
+                    let held = c.layers.first().map_or(0, zoo_attention::KvCache::len);
+                    pad.slice([0..b, tk - held - t..tk])
+                }
+                None => pad,
+            };
+            input = input.key_padding(pad);
+        }
+        match cache {
+            Some(c) => Ok(self.last_logits_cached(input, c)?),
+            None => {
+                let logits = self.forward(input)?.logits;
+                let v = logits.dims()[2];
+                // [B, T, V] -> the last position [B, V]
+                Ok(logits.slice([0..b, t - 1..t, 0..v]).reshape([b, v]))
             }
-            None => pad,
-        };
-        let input = DecoderInput::from_ids(&step.tokens, &device)?
-            .positions(positions)
-            .key_padding(pad);
-        let logits = match cache {
-            Some(c) => self.forward_cached(input, c)?.logits,
-            None => self.forward(input)?.logits,
-        };
-        let v = logits.dims()[2];
-        // [B, T, V] -> the last position [B, V]
-        Ok(logits.slice([0..b, t - 1..t, 0..v]).reshape([b, v]))
+        }
     }
 }
 

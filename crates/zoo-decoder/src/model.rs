@@ -279,9 +279,8 @@ impl DecoderLm {
         match &self.lm_head {
             Some(head) => head.forward(h),
             None => {
-                // [B, T, D] x [1, D, V] -> [B, T, V]; the same parameter as `wte`.
-                let w = self.wte.weight.val().transpose().unsqueeze::<3>();
-                h.matmul(w)
+                // [B, T, D] x [D, V] -> [B, T, V]; the same parameter as `wte`.
+                zoo_attention::tied_logits(h, self.wte.weight.val())
             }
         }
     }
@@ -331,6 +330,39 @@ impl DecoderLm {
         input: DecoderInput,
         cache: &mut DecoderCache,
     ) -> Result<DecoderOutput> {
+        let (h, weights) = self.cached_hidden(input, cache)?;
+        Ok(DecoderOutput {
+            logits: self.head(self.norm_f.forward(h)),
+            weights,
+        })
+    }
+
+    /// The logits of the last position only, `[B, V]`, extending `cache`: what one
+    /// decoding step needs, without the vocabulary projection of the earlier positions
+    /// (a prompt's, on the first step).
+    ///
+    /// # Errors
+    /// As [`Self::forward_cached`].
+    pub fn last_logits_cached(
+        &self,
+        input: DecoderInput,
+        cache: &mut DecoderCache,
+    ) -> Result<Tensor<2>> {
+        let (h, _) = self.cached_hidden(input, cache)?;
+        let [b, t, d] = h.dims();
+        let last = h.slice([0..b, t - 1..t, 0..d]);
+        let logits = self.head(self.norm_f.forward(last));
+        let v = logits.dims()[2];
+        Ok(logits.reshape([b, v]))
+    }
+
+    /// The last block's states for `T` new tokens, and the attention weights when asked
+    /// for, reading and extending `cache`.
+    fn cached_hidden(
+        &self,
+        input: DecoderInput,
+        cache: &mut DecoderCache,
+    ) -> Result<(Tensor<3>, Vec<Tensor<4>>)> {
         let offset = cache.seen();
         self.check_tokens(&input, offset)?;
         if cache.layers.len() != self.layers.len() {
@@ -358,10 +390,7 @@ impl DecoderLm {
             h = out.hidden;
             weights.extend(out.self_weights);
         }
-        Ok(DecoderOutput {
-            logits: self.head(self.norm_f.forward(h)),
-            weights,
-        })
+        Ok((h, weights))
     }
 }
 
@@ -408,6 +437,37 @@ mod tests {
         let m = DecoderConfig::gpt2_small().init(&test_device()).unwrap();
         // 124,439,808 in HF's GPT2LMHeadModel (tied head counted once).
         assert_eq!(m.num_params(), 124_439_808);
+        assert_eq!(DecoderConfig::gpt2_small().num_params(), 124_439_808);
+    }
+
+    #[test]
+    fn the_config_counts_the_parameters_the_model_has() {
+        // Every preset and option that changes the count: learned or rotary positions,
+        // tied or untied head, GQA, fused or separate QKV, biases, gated MLPs, RMSNorm,
+        // an explicit head size.
+        let configs = [
+            DecoderConfig::char_gpt(27),
+            DecoderConfig::tiny_llama(32, 64),
+            DecoderConfig::new(65, 128, 4, 4, 64),
+            DecoderConfig::new(65, 128, 4, 4, 64).llama_style(),
+            DecoderConfig::new(50, 48, 2, 6, 20)
+                .llama_style()
+                .with_qkv_bias(Some(true))
+                .with_tie_embeddings(true),
+            DecoderConfig::new(50, 48, 2, 6, 20)
+                .with_head_dim(Some(4))
+                .with_fused_qkv(false)
+                .with_out_bias(Some(false))
+                .with_activation(zoo_attention::FfnActivation::GeGlu),
+        ];
+        for cfg in configs {
+            let m = cfg.init(&test_device()).unwrap();
+            assert_eq!(cfg.num_params(), m.num_params(), "{cfg}");
+        }
+        // A tied head counts once, an untied one adds vocab x d.
+        let tied = DecoderConfig::new(50, 48, 2, 6, 20);
+        let untied = tied.clone().with_tie_embeddings(false);
+        assert_eq!(untied.num_params() - tied.num_params(), 50 * 48);
     }
 
     #[test]

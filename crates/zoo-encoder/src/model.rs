@@ -10,6 +10,7 @@ use burn::nn::{
 use burn::tensor::{Bool, Device, Int, Tensor};
 use zoo_attention::{
     AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttention, MultiHeadAttentionConfig,
+    NormKind,
 };
 use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits};
 
@@ -54,14 +55,33 @@ impl BertLayer {
     /// # Errors
     /// Shapes the attention rejects.
     pub fn forward(&self, x: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Result<Tensor<3>> {
+        Ok(self.forward_with(x, padding, false)?.0)
+    }
+
+    /// [`Self::forward`], and the attention weights `[B, heads, T, T]` when `need_weights`
+    /// (computed by the reference path, whose output equals the fused one's).
+    ///
+    /// # Errors
+    /// Shapes the attention rejects.
+    pub fn forward_with(
+        &self,
+        x: Tensor<3>,
+        padding: Option<Tensor<2, Bool>>,
+        need_weights: bool,
+    ) -> Result<(Tensor<3>, Option<Tensor<4>>)> {
         let mut input = AttentionInput::self_attn(x.clone());
         if let Some(pad) = padding {
             input = input.key_padding(pad);
         }
-        let a = self.attention.forward(input)?.context;
-        let h = self.attention_norm.forward(x + self.dropout.forward(a));
+        if need_weights {
+            input = input.with_weights();
+        }
+        let out = self.attention.forward(input)?;
+        let h = self
+            .attention_norm
+            .forward(x + self.dropout.forward(out.context));
         let f = self.mlp.forward(h.clone())?;
-        Ok(self.output_norm.forward(h + f))
+        Ok((self.output_norm.forward(h + f), out.weights))
     }
 }
 
@@ -74,6 +94,8 @@ pub struct EncoderInput {
     pub token_types: Option<Tensor<2, Int>>,
     /// `[B, T]`, `true` at padding, which no position attends to.
     pub padding: Option<Tensor<2, Bool>>,
+    /// Return every layer's attention weights (HF's `output_attentions`).
+    pub need_weights: bool,
 }
 
 impl EncoderInput {
@@ -83,7 +105,14 @@ impl EncoderInput {
             tokens,
             token_types: None,
             padding: None,
+            need_weights: false,
         }
+    }
+
+    /// Also return every layer's attention weights ([`EncoderOutput::attentions`]).
+    pub fn with_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
     }
 
     /// Segment ids `[B, T]` (sentence pairs).
@@ -106,6 +135,9 @@ pub struct EncoderOutput {
     pub hidden: Tensor<3>,
     /// `[B, H]` the pooler's `tanh(dense(hidden[:, 0]))`, when the model has a pooler.
     pub pooled: Option<Tensor<2>>,
+    /// Per layer `[B, heads, T, T]`, when asked for ([`EncoderInput::with_weights`]);
+    /// rows are queries, columns keys, padding keys get 0.
+    pub attentions: Vec<Tensor<4>>,
 }
 
 /// The BERT encoder: embeddings, post-norm layers, and an optional pooler.
@@ -141,6 +173,33 @@ fn layer_norm(cfg: &BertConfig, device: &Device) -> LayerNorm {
 }
 
 impl BertConfig {
+    /// The attention and feed-forward configurations of every layer.
+    fn sublayers(&self) -> (MultiHeadAttentionConfig, FeedForwardConfig) {
+        let h = self.hidden_size;
+        let attention = MultiHeadAttentionConfig::new(h, self.num_attention_heads)
+            .with_dropout(self.attention_probs_dropout_prob)
+            .with_initializer(init(self));
+        let ffn = FeedForwardConfig::new(h, self.intermediate_size)
+            .with_activation(self.hidden_act.ffn())
+            .with_dropout(self.hidden_dropout_prob)
+            .with_initializer(init(self));
+        (attention, ffn)
+    }
+
+    /// Trainable parameters of the encoder [`Self::init`] builds, counted from the
+    /// configuration alone: the three embedding tables and their LayerNorm, every layer
+    /// (attention, feed-forward, two LayerNorms) and the pooler when asked for.
+    pub fn num_params(&self, with_pooler: bool) -> usize {
+        let h = self.hidden_size;
+        let (attention, ffn) = self.sublayers();
+        let layer =
+            attention.num_params() + ffn.num_params() + 2 * NormKind::LayerNorm.num_params(h);
+        (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h
+            + NormKind::LayerNorm.num_params(h)
+            + self.num_hidden_layers * layer
+            + usize::from(with_pooler) * (h * h + h)
+    }
+
     /// Builds the encoder, with a pooler or without (as HF's `add_pooling_layer`).
     ///
     /// # Errors
@@ -153,13 +212,7 @@ impl BertConfig {
                 .with_initializer(init(self))
                 .init(device)
         };
-        let attention = MultiHeadAttentionConfig::new(h, self.num_attention_heads)
-            .with_dropout(self.attention_probs_dropout_prob)
-            .with_initializer(init(self));
-        let ffn = FeedForwardConfig::new(h, self.intermediate_size)
-            .with_activation(self.hidden_act.ffn())
-            .with_dropout(self.hidden_dropout_prob)
-            .with_initializer(init(self));
+        let (attention, ffn) = self.sublayers();
         let layers = (0..self.num_hidden_layers)
             .map(|_| {
                 Ok(BertLayer {
@@ -251,13 +304,31 @@ impl BertModel {
                 )));
             }
         }
-        if let Some(pad) = &input.padding
-            && pad.dims() != [b, t]
-        {
-            return Err(EncoderError::Input(format!(
-                "padding mask has shape {:?}, the tokens [{b}, {t}]",
-                pad.dims()
-            )));
+        if let Some(pad) = &input.padding {
+            if pad.dims() != [b, t] {
+                return Err(EncoderError::Input(format!(
+                    "padding mask has shape {:?}, the tokens [{b}, {t}]",
+                    pad.dims()
+                )));
+            }
+            // A row with no real token has nothing to attend to. In practice it is a mask
+            // of the wrong polarity: HF's `attention_mask` is 1 at real tokens, this one is
+            // true at padding, and the longest row of a batch has no padding.
+            let real = pad
+                .clone()
+                .bool_not()
+                .int()
+                .sum_dim(1)
+                .into_data()
+                .convert::<i64>()
+                .try_to_vec::<i64>()
+                .map_err(|e| EncoderError::Input(format!("cannot read the padding mask: {e:?}")))?;
+            if let Some(row) = real.iter().position(|&n| n == 0) {
+                return Err(EncoderError::Input(format!(
+                    "padding mask row {row} marks all {t} positions as padding; the mask is \
+                     true at padding (HF's attention_mask is the opposite: pass its negation)"
+                )));
+            }
         }
         Ok(())
     }
@@ -283,8 +354,12 @@ impl BertModel {
             + e.position_embeddings.forward(positions)
             + e.token_type_embeddings.forward(types);
         let mut h = e.dropout.forward(e.layer_norm.forward(x));
+        let mut attentions = Vec::new();
         for layer in &self.layers {
-            h = layer.forward(h, input.padding.clone())?;
+            let (next, weights) =
+                layer.forward_with(h, input.padding.clone(), input.need_weights)?;
+            h = next;
+            attentions.extend(weights);
         }
         let pooled = self.pooler.as_ref().map(|dense| {
             let d = h.dims()[2];
@@ -292,7 +367,11 @@ impl BertModel {
             let first = h.clone().slice([0..b, 0..1, 0..d]).reshape([b, d]);
             dense.forward(first).tanh()
         });
-        Ok(EncoderOutput { hidden: h, pooled })
+        Ok(EncoderOutput {
+            hidden: h,
+            pooled,
+            attentions,
+        })
     }
 }
 
@@ -361,17 +440,10 @@ impl BertForMaskedLm {
         let h = self
             .transform_norm
             .forward(self.act.apply(self.transform.forward(h)));
-        // [B, T, H] x [1, H, V] -> [B, T, V], the word embedding's transpose.
-        let w = self
-            .bert
-            .embeddings
-            .word_embeddings
-            .weight
-            .val()
-            .transpose()
-            .unsqueeze::<3>();
+        // [B, T, H] x [H, V] -> [B, T, V], the word embedding's transpose.
+        let w = self.bert.embeddings.word_embeddings.weight.val();
         let v = self.bert.vocab_size();
-        Ok(h.matmul(w) + self.decoder_bias.val().reshape([1, 1, v]))
+        Ok(zoo_attention::tied_logits(h, w) + self.decoder_bias.val().reshape([1, 1, v]))
     }
 }
 
@@ -544,6 +616,16 @@ mod tests {
         assert_eq!(mini.num_params(), 22_713_216);
         let no_pooler = BertConfig::all_minilm_l6_v2().init(false, &dev).unwrap();
         assert_eq!(no_pooler.num_params(), 22_713_216 - 384 * 384 - 384);
+        // The configuration's own count, without building the model.
+        assert_eq!(
+            BertConfig::bert_base_uncased().num_params(true),
+            109_482_240
+        );
+        assert_eq!(BertConfig::all_minilm_l6_v2().num_params(true), 22_713_216);
+        assert_eq!(
+            BertConfig::all_minilm_l6_v2().num_params(false),
+            no_pooler.num_params()
+        );
     }
 
     #[test]
@@ -616,6 +698,36 @@ mod tests {
         // And the padded sequence equals the unpadded one on its real positions.
         let alone = run(&[&[5, 6, 7]], false);
         assert!(max_abs_diff(&a, &alone) < 1e-5);
+    }
+
+    #[test]
+    fn attention_weights_are_returned_per_layer_without_changing_the_states() {
+        let m = tiny().init(false, &test_device()).unwrap();
+        let mask = pad(&[&[false, false, true], &[false, false, false]]);
+        let input = EncoderInput::new(ids(&[&[4, 5, 0], &[4, 5, 6]])).padding(mask);
+        let plain = m.forward(input.clone()).unwrap();
+        assert!(plain.attentions.is_empty());
+        let out = m.forward(input.with_weights()).unwrap();
+        assert!(max_abs_diff(&plain.hidden, &out.hidden) < 1e-5);
+        assert_eq!(out.attentions.len(), 2);
+        for w in &out.attentions {
+            assert_eq!(w.dims(), [2, 4, 3, 3]);
+            // Each query's row sums to 1, and no query looks at row 0's padded key.
+            let sums = w.clone().sum_dim(3);
+            assert!(max_abs_diff(&sums, &Tensor::ones([2, 4, 3, 1], &test_device())) < 1e-5);
+            let to_pad = w.clone().slice([0..1, 0..4, 0..3, 2..3]).abs().max();
+            assert_eq!(to_pad.into_scalar::<f32>(), 0.0);
+            // Row 1 has no padding: its last key gets weight.
+            assert!(
+                w.clone()
+                    .slice([1..2, 0..4, 0..3, 2..3])
+                    .min()
+                    .into_scalar::<f32>()
+                    > 0.0
+            );
+        }
+        // The layers differ: the weights are each layer's own.
+        assert!(max_abs_diff(&out.attentions[0], &out.attentions[1]) > 1e-3);
     }
 
     #[test]

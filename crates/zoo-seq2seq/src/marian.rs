@@ -180,10 +180,9 @@ impl EncoderDecoder for MarianMtModel {
             caches,
             need_weights,
         )?;
-        let w = self.shared.weight.val().transpose().unsqueeze::<3>();
         let bias = self.final_logits_bias.val().unsqueeze::<3>();
         Ok(DecoderOutput {
-            logits: h.matmul(w) + bias,
+            logits: zoo_attention::tied_logits(h, self.shared.weight.val()) + bias,
             cross_attentions,
         })
     }

@@ -191,7 +191,7 @@ impl EncoderDecoder for T5ForConditionalGeneration {
         }
         let logits = match &self.lm_head {
             Some(head) => head.forward(h),
-            None => h.matmul(self.shared.weight.val().transpose().unsqueeze::<3>()),
+            None => zoo_attention::tied_logits(h, self.shared.weight.val()),
         };
         Ok(DecoderOutput {
             logits,

@@ -389,16 +389,46 @@ pub fn heatmap(
     cols: &[String],
     title: &str,
 ) -> Result<PathBuf> {
-    let n_cols = values.first().map_or(0, Vec::len);
-    if values.is_empty() || n_cols == 0 || values.iter().any(|r| r.len() != n_cols) {
-        return Err(TrainError::Format(
-            "a heatmap needs a non-empty rectangular matrix".into(),
-        ));
+    heatmap_grid(path, &[(title.to_string(), values.to_vec())], rows, cols, 1)
+}
+
+/// Several heatmaps of one shape side by side in one PNG, `per_row` to a row of the grid
+/// (an attention matrix per head, say), each with its title and the shared row and column
+/// labels; each panel is shaded on its own scale. Written through a temporary file.
+///
+/// # Errors
+/// No panel, an empty or ragged matrix, panels of different shapes, labels that do not
+/// match, or a file that cannot be written.
+pub fn heatmap_grid(
+    path: &Path,
+    panels: &[(String, Vec<Vec<f32>>)],
+    rows: &[String],
+    cols: &[String],
+    per_row: usize,
+) -> Result<PathBuf> {
+    let Some((_, first)) = panels.first() else {
+        return Err(TrainError::Format("a heatmap grid needs a panel".into()));
+    };
+    let n_cols = first.first().map_or(0, Vec::len);
+    for (_, values) in panels {
+        if values.is_empty() || n_cols == 0 || values.iter().any(|r| r.len() != n_cols) {
+            return Err(TrainError::Format(
+                "a heatmap needs a non-empty rectangular matrix".into(),
+            ));
+        }
+        if values.len() != first.len() {
+            return Err(TrainError::Format(format!(
+                "heatmap panels differ in shape: {}x{n_cols} and {}x{}",
+                first.len(),
+                values.len(),
+                values[0].len()
+            )));
+        }
     }
-    if rows.len() != values.len() || cols.len() != n_cols {
+    if rows.len() != first.len() || cols.len() != n_cols {
         return Err(TrainError::Format(format!(
             "a {}x{n_cols} heatmap got {} row and {} column labels",
-            values.len(),
+            first.len(),
             rows.len(),
             cols.len()
         )));
@@ -408,37 +438,86 @@ pub fn heatmap(
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{file}.tmp.png"));
-    draw_heatmap(&tmp, values, rows, cols, title, font_ready())
-        .map_err(|e| TrainError::Format(format!("heatmap {}: {e}", path.display())))?;
+    let text = font_ready();
+    let layout = HeatmapLayout::new(first.len(), n_cols, rows, cols, text);
+    let per_row = per_row.clamp(1, panels.len());
+    let grid_rows = panels.len().div_ceil(per_row);
+    let drawn = (|| -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = BitMapBackend::new(
+            &tmp,
+            (
+                layout.width * per_row as u32,
+                layout.height * grid_rows as u32,
+            ),
+        )
+        .into_drawing_area();
+        root.fill(&WHITE)?;
+        let areas = root.split_evenly((grid_rows, per_row));
+        for (area, (title, values)) in areas.iter().zip(panels) {
+            draw_heatmap(area, &layout, values, rows, cols, title)?;
+        }
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| TrainError::Format(format!("heatmap {}: {e}", path.display())))?;
     std::fs::rename(&tmp, path).map_err(io_err(path))?;
     Ok(path.to_path_buf())
 }
 
-fn draw_heatmap(
-    path: &Path,
+/// Cell size and margins of one heatmap panel.
+struct HeatmapLayout {
+    cell: u32,
+    label_w: u32,
+    title_h: u32,
+    width: u32,
+    height: u32,
+    text: bool,
+}
+
+impl HeatmapLayout {
+    fn new(n_rows: usize, n_cols: usize, rows: &[String], cols: &[String], text: bool) -> Self {
+        let cell = (640 / n_cols.max(n_rows)).clamp(12, 80) as u32;
+        let label_w = if text {
+            rows.iter().map(|r| r.chars().count()).max().unwrap_or(0) as u32 * 8 + 16
+        } else {
+            8
+        };
+        let label_h = if text {
+            cols.iter().map(|c| c.chars().count()).max().unwrap_or(0) as u32 * 7 + 16
+        } else {
+            8
+        };
+        let title_h = if text { 30 } else { 8 };
+        Self {
+            cell,
+            label_w,
+            title_h,
+            width: label_w + cell * n_cols as u32 + 16,
+            height: title_h + cell * n_rows as u32 + label_h,
+            text,
+        }
+    }
+}
+
+fn draw_heatmap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    layout: &HeatmapLayout,
     values: &[Vec<f32>],
     rows: &[String],
     cols: &[String],
     title: &str,
-    text: bool,
-) -> std::result::Result<(), Box<dyn std::error::Error>> {
+) -> std::result::Result<(), Box<dyn std::error::Error>>
+where
+    DB::ErrorType: 'static,
+{
+    let HeatmapLayout {
+        cell,
+        label_w,
+        title_h,
+        text,
+        ..
+    } = *layout;
     let (n_rows, n_cols) = (values.len(), values[0].len());
-    let cell = (640 / n_cols.max(n_rows)).clamp(12, 80) as u32;
-    let label_w = if text {
-        rows.iter().map(|r| r.chars().count()).max().unwrap_or(0) as u32 * 8 + 16
-    } else {
-        8
-    };
-    let label_h = if text {
-        cols.iter().map(|c| c.chars().count()).max().unwrap_or(0) as u32 * 7 + 16
-    } else {
-        8
-    };
-    let title_h = if text { 30 } else { 8 };
-    let width = label_w + cell * n_cols as u32 + 16;
-    let height = title_h + cell * n_rows as u32 + label_h;
-    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
-    root.fill(&WHITE)?;
     let (lo, hi) = values
         .iter()
         .flatten()
@@ -494,7 +573,151 @@ fn draw_heatmap(
             ))?;
         }
     }
-    root.present()?;
+    Ok(())
+}
+
+/// A line chart: named `(x, y)` series, with a log scale on either axis.
+#[derive(Debug, Clone)]
+pub struct LineChart {
+    /// Title above the chart.
+    pub title: String,
+    /// Name of the x axis.
+    pub x_desc: String,
+    /// Name of the y axis.
+    pub y_desc: String,
+    /// The curves, each with its legend entry.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// Log scale on x (every x must then be positive).
+    pub log_x: bool,
+    /// Log scale on y (every y must then be positive).
+    pub log_y: bool,
+}
+
+/// Draws `chart` to a PNG at `path` (720 × 480), through a temporary file.
+///
+/// # Errors
+/// No finite point, a non-positive value on a log axis, or a file that cannot be written.
+pub fn line_chart(path: &Path, chart: &LineChart) -> Result<PathBuf> {
+    let points = chart.series.iter().flat_map(|(_, p)| p);
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in points {
+        if x.is_finite() && y.is_finite() {
+            (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+        }
+    }
+    if x0 > x1 {
+        return Err(TrainError::Format(format!(
+            "line chart {:?}: no finite point",
+            chart.title
+        )));
+    }
+    if (chart.log_x && x0 <= 0.0) || (chart.log_y && y0 <= 0.0) {
+        return Err(TrainError::Format(format!(
+            "line chart {:?}: a log axis needs positive values, got x from {x0} and y from {y0}",
+            chart.title
+        )));
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    if y1 <= y0 {
+        y1 = y0 + 1.0;
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file}.tmp.png"));
+    let text = font_ready();
+    let drawn = (|| -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = BitMapBackend::new(&tmp, (720, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut builder = ChartBuilder::on(&root);
+        builder.margin(16);
+        if text {
+            builder
+                .caption(&chart.title, ("sans-serif", 20))
+                .x_label_area_size(40)
+                .y_label_area_size(70);
+        }
+        let pad = (y1 - y0) * 0.05;
+        match (chart.log_x, chart.log_y) {
+            (false, false) => draw_lines(
+                &mut builder.build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))?,
+                chart,
+                text,
+            )?,
+            (true, false) => draw_lines(
+                &mut builder.build_cartesian_2d((x0..x1).log_scale(), (y0 - pad)..(y1 + pad))?,
+                chart,
+                text,
+            )?,
+            (false, true) => draw_lines(
+                &mut builder.build_cartesian_2d(x0..x1, (y0 / 1.2..y1 * 1.2).log_scale())?,
+                chart,
+                text,
+            )?,
+            (true, true) => draw_lines(
+                &mut builder
+                    .build_cartesian_2d((x0..x1).log_scale(), (y0 / 1.2..y1 * 1.2).log_scale())?,
+                chart,
+                text,
+            )?,
+        }
+        root.present()?;
+        Ok(())
+    })();
+    drawn.map_err(|e| TrainError::Format(format!("line chart {}: {e}", path.display())))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))?;
+    Ok(path.to_path_buf())
+}
+
+fn draw_lines<'a, DB, X, Y>(
+    ctx: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    chart: &LineChart,
+    text: bool,
+) -> std::result::Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    if text {
+        ctx.configure_mesh()
+            .x_desc(chart.x_desc.as_str())
+            .y_desc(chart.y_desc.as_str())
+            .draw()
+            .map_err(|e| e.to_string())?;
+    } else {
+        ctx.configure_mesh()
+            .x_labels(0)
+            .y_labels(0)
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    for (i, (name, pts)) in chart.series.iter().enumerate() {
+        let color = curve_color(i);
+        let pts: Vec<(f64, f64)> = pts
+            .iter()
+            .copied()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
+        let drawn = ctx
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+        if text {
+            drawn
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+        }
+    }
+    if text && chart.series.len() > 1 {
+        ctx.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
@@ -531,6 +754,85 @@ mod heatmap_tests {
         assert!(
             e.to_string().contains("got 1 row and 2 column labels"),
             "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_grid_shades_each_panel_on_its_own_scale_and_line_charts_check_log_axes() {
+        let dir = std::env::temp_dir().join(format!("zoo-grid-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("g.png");
+        let labels = |n: usize| (0..n).map(|i| format!("r{i}")).collect::<Vec<_>>();
+        let a = vec![vec![0.0, 1.0], vec![0.5, 0.25]];
+        // Ten times larger values: the same shades on its own scale.
+        let b: Vec<Vec<f32>> = a
+            .iter()
+            .map(|r| r.iter().map(|v| v * 10.0).collect())
+            .collect();
+        heatmap_grid(
+            &path,
+            &[("a".into(), a.clone()), ("b".into(), b)],
+            &labels(2),
+            &labels(2),
+            2,
+        )
+        .unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        let one = HeatmapLayout::new(2, 2, &labels(2), &labels(2), font_ready());
+        assert_eq!(img.dimensions(), (2 * one.width, one.height));
+        let (left, top) = if font_ready() { (32, 30) } else { (8, 8) };
+        for panel in 0..2 {
+            let x0 = panel * one.width + left;
+            assert_eq!(
+                img.get_pixel(x0 + 80 + 72, top + 8).0,
+                [20, 70, 160],
+                "panel {panel}"
+            );
+            assert_eq!(
+                img.get_pixel(x0 + 72, top + 8).0,
+                [255, 255, 255],
+                "panel {panel}"
+            );
+        }
+        let e = heatmap_grid(
+            &path,
+            &[("a".into(), a), ("c".into(), vec![vec![1.0, 2.0]; 3])],
+            &labels(2),
+            &labels(2),
+            2,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("differ in shape"), "{e}");
+        assert!(heatmap_grid(&path, &[], &[], &[], 1).is_err());
+
+        let mut chart = LineChart {
+            title: "t".into(),
+            x_desc: "x".into(),
+            y_desc: "y".into(),
+            series: vec![("s".into(), vec![(1.0, 1.0), (10.0, 100.0)])],
+            log_x: true,
+            log_y: true,
+        };
+        let lines = dir.join("l.png");
+        line_chart(&lines, &chart).unwrap();
+        assert_eq!(
+            image::open(&lines).unwrap().to_rgb8().dimensions(),
+            (720, 480)
+        );
+        chart.series[0].1.push((0.0, 5.0));
+        let e = line_chart(&lines, &chart).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a log axis needs positive values, got x from 0"),
+            "{e}"
+        );
+        chart.series = vec![("s".into(), vec![(f64::NAN, 1.0)])];
+        assert!(
+            line_chart(&lines, &chart)
+                .unwrap_err()
+                .to_string()
+                .contains("no finite point")
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

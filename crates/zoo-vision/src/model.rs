@@ -122,14 +122,9 @@ fn init(cfg: &ViTConfig) -> Initializer {
 }
 
 impl ViTConfig {
-    /// Builds the encoder, with a pooler or without (as HF's `add_pooling_layer`).
-    ///
-    /// # Errors
-    /// See [`ViTConfig::validate`].
-    pub fn init(&self, with_pooler: bool, device: &Device) -> Result<ViTModel> {
-        self.validate()?;
+    /// The configuration of every layer.
+    fn block(&self) -> TransformerBlockConfig {
         let d = self.hidden_size;
-        let p = self.patch_size;
         let attention = MultiHeadAttentionConfig::new(d, self.num_attention_heads)
             .with_qkv_bias(self.qkv_bias)
             .with_dropout(self.attention_probs_dropout_prob)
@@ -139,11 +134,38 @@ impl ViTConfig {
         let ffn = FeedForwardConfig::new(d, self.intermediate_size)
             .with_activation(self.hidden_act.ffn())
             .with_initializer(init(self));
-        let block = TransformerBlockConfig::new(attention, ffn)
+        TransformerBlockConfig::new(attention, ffn)
             .with_norm(NormKind::LayerNorm)
             .with_norm_eps(self.layer_norm_eps)
             .with_placement(NormPlacement::Pre)
-            .with_dropout(self.hidden_dropout_prob);
+            .with_dropout(self.hidden_dropout_prob)
+    }
+
+    /// Trainable parameters of the encoder [`Self::init`] builds, counted from the
+    /// configuration alone: the CLS token, the position table, the patch convolution, the
+    /// layers, the final LayerNorm and the pooler when asked for (a classifier head adds
+    /// `hidden_size · labels + labels`).
+    pub fn num_params(&self, with_pooler: bool) -> usize {
+        let d = self.hidden_size;
+        let p = self.patch_size;
+        let positions = 1 + self.grid() * self.grid();
+        d + positions * d
+            + self.num_channels * p * p * d
+            + d
+            + self.num_hidden_layers * self.block().num_params()
+            + NormKind::LayerNorm.num_params(d)
+            + usize::from(with_pooler) * (d * self.pooler_size() + self.pooler_size())
+    }
+
+    /// Builds the encoder, with a pooler or without (as HF's `add_pooling_layer`).
+    ///
+    /// # Errors
+    /// See [`ViTConfig::validate`].
+    pub fn init(&self, with_pooler: bool, device: &Device) -> Result<ViTModel> {
+        self.validate()?;
+        let d = self.hidden_size;
+        let p = self.patch_size;
+        let block = self.block();
         let layers = (0..self.num_hidden_layers)
             .map(|_| block.init(device))
             .collect::<zoo_attention::Result<Vec<_>>>()?;
@@ -392,6 +414,13 @@ mod tests {
         let layer = 4 * (16 * 16 + 16) + 4 * 16 + 16 * 24 + 24 + 24 * 16 + 16;
         let expected = 16 + 10 * 16 + 16 * 3 * 16 + 16 + 2 * layer + 32 + 16 * 16 + 16;
         assert_eq!(m.num_params(), expected);
+        assert_eq!(tiny().num_params(true), expected);
+        assert_eq!(tiny().num_params(false), expected - 16 * 16 - 16);
+        let base = ViTConfig::vit_base_patch16_224();
+        assert_eq!(
+            base.num_params(false),
+            base.init(false, &dev).unwrap().num_params()
+        );
     }
 
     #[test]

@@ -11,13 +11,10 @@ use zoo_attention::sdpa::{
     attention_chunked, attention_fused, attention_linear, attention_reference,
     attention_sliding_window,
 };
-use zoo_bench::{CountingAlloc, median_time};
+use zoo_bench::{ALLOC, median_time};
 
 /// One attention path under test.
 type Path<'a> = Box<dyn Fn() -> Tensor<4> + 'a>;
-
-#[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc::new();
 
 /// Times every attention path of zoo-attention on flex.
 #[derive(Debug, Parser)]

@@ -16,10 +16,7 @@ use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use zoo_attention::Mask;
 use zoo_attention::sdpa::{attention_chunked, attention_fused, attention_reference};
-use zoo_bench::{CountingAlloc, or_exit, print_result, timed_runs};
-
-#[global_allocator]
-static ALLOC: CountingAlloc = CountingAlloc::new();
+use zoo_bench::{ALLOC, or_exit, print_result, timed_runs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum AttentionPath {

@@ -1,0 +1,239 @@
+//! Scaling arithmetic from configurations: parameters counted exactly from a config
+//! (`DecoderConfig::num_params`, `BertConfig::num_params`, `ViTConfig::num_params`, each
+//! tested against the built model), forward FLOPs per token (2 per non-embedding weight,
+//! plus attention's 2·T·d per layer: Kaplan et al., 2020, table 1), training FLOPs
+//! ≈ 6·N·D, and Chinchilla's compute-optimal data, ≈ 20 tokens per parameter (Hoffmann et
+//! al., 2022), at the tutorials' rough 4 bytes of text per token.
+
+use std::path::{Path, PathBuf};
+
+use zoo_decoder::{DecoderConfig, HfDecoderConfig};
+use zoo_encoder::BertConfig;
+use zoo_examples::Error;
+use zoo_vision::ViTConfig;
+
+/// One row: a model's sizes as the arithmetic needs them.
+struct Sizes {
+    name: String,
+    params: usize,
+    /// Embedding tables (token, position, type; a tied head is not counted twice).
+    embedding: usize,
+    layers: usize,
+    d_model: usize,
+    context: usize,
+    /// Where the numbers came from.
+    source: String,
+}
+
+fn decoder(name: &str, cfg: &DecoderConfig, source: &str) -> Sizes {
+    let positions = match cfg.positions {
+        zoo_decoder::PositionKind::Learned => cfg.max_len * cfg.d_model,
+        zoo_decoder::PositionKind::Rope { .. } => 0,
+    };
+    Sizes {
+        name: name.into(),
+        params: cfg.num_params(),
+        embedding: cfg.vocab_size * cfg.d_model + positions,
+        layers: cfg.n_layers,
+        d_model: cfg.d_model,
+        context: cfg.max_len,
+        source: source.into(),
+    }
+}
+
+fn bert(name: &str, cfg: &BertConfig, source: &str) -> Sizes {
+    Sizes {
+        name: name.into(),
+        params: cfg.num_params(true),
+        embedding: (cfg.vocab_size + cfg.max_position_embeddings + cfg.type_vocab_size)
+            * cfg.hidden_size,
+        layers: cfg.num_hidden_layers,
+        d_model: cfg.hidden_size,
+        context: cfg.max_position_embeddings,
+        source: source.into(),
+    }
+}
+
+fn vit(name: &str, cfg: &ViTConfig, source: &str) -> Sizes {
+    let tokens = 1 + cfg.grid() * cfg.grid();
+    Sizes {
+        name: name.into(),
+        params: cfg.num_params(true),
+        embedding: tokens * cfg.hidden_size,
+        layers: cfg.num_hidden_layers,
+        d_model: cfg.hidden_size,
+        context: tokens,
+        source: source.into(),
+    }
+}
+
+/// Llama-3's published configuration (HF `config.json` of Meta-Llama-3-8B / -70B):
+/// vocabulary 128,256, 8 KV heads, SwiGLU, RMSNorm, untied head, RoPE.
+fn llama3(hidden: usize, layers: usize, heads: usize, ffn: usize) -> DecoderConfig {
+    DecoderConfig::new(128_256, hidden, layers, heads, 8192)
+        .llama_style()
+        .with_n_kv_heads(Some(8))
+        .with_d_ff(Some(ffn))
+}
+
+/// Reads a `config.json` (or the folder holding one) of a family the zoo counts.
+fn from_file(path: &Path) -> Result<Sizes, Error> {
+    let file: PathBuf = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    };
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", file.display()))?;
+    let model_type = json
+        .get("model_type")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| format!("{}: no \"model_type\"", file.display()))?
+        .to_string();
+    let name = file.display().to_string();
+    let source = format!("{model_type} config.json");
+    let bad = |e: &dyn std::fmt::Display| format!("{}: {e}", file.display());
+    Ok(match model_type.as_str() {
+        "bert" => bert(
+            &name,
+            &BertConfig::from_json(&text).map_err(|e| bad(&e))?,
+            &source,
+        ),
+        "vit" => vit(
+            &name,
+            &ViTConfig::from_json(&text).map_err(|e| bad(&e))?,
+            &source,
+        ),
+        "gpt2" => {
+            let hf = HfDecoderConfig::Gpt2(serde_json::from_value(json).map_err(|e| bad(&e))?);
+            decoder(&name, &hf.decoder().map_err(|e| bad(&e))?, &source)
+        }
+        "llama" | "mistral" | "qwen2" => {
+            let hf = HfDecoderConfig::Llama(serde_json::from_value(json).map_err(|e| bad(&e))?);
+            decoder(&name, &hf.decoder().map_err(|e| bad(&e))?, &source)
+        }
+        other => {
+            return Err(format!(
+                "{}: model_type {other:?} is not counted here (bert, vit, gpt2, llama, mistral, qwen2 are)",
+                file.display()
+            )
+            .into());
+        }
+    })
+}
+
+/// `1234567` -> `1.23M`, and so on.
+fn si(v: f64) -> String {
+    let (div, unit) = [
+        (1e24, "Y"),
+        (1e21, "Z"),
+        (1e18, "E"),
+        (1e15, "P"),
+        (1e12, "T"),
+        (1e9, "G"),
+        (1e6, "M"),
+        (1e3, "k"),
+    ]
+    .into_iter()
+    .find(|(d, _)| v >= *d)
+    .unwrap_or((1.0, ""));
+    format!("{:.2}{unit}", v / div)
+}
+
+fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+pub fn run(configs: &[PathBuf], tokens: Option<f64>) -> Result<(), Error> {
+    if let Some(t) = tokens
+        && !(t.is_finite() && t > 0.0)
+    {
+        return Err(format!("--tokens must be a positive number, got {t}").into());
+    }
+    let mut rows = vec![
+        bert(
+            "BERT-base",
+            &BertConfig::bert_base_uncased(),
+            "zoo preset bert_base_uncased()",
+        ),
+        bert(
+            "all-MiniLM-L6-v2",
+            &BertConfig::all_minilm_l6_v2(),
+            "zoo preset all_minilm_l6_v2()",
+        ),
+        vit(
+            "ViT-B/16",
+            &ViTConfig::vit_base_patch16_224(),
+            "zoo preset vit_base_patch16_224()",
+        ),
+        decoder(
+            "GPT-2 small",
+            &DecoderConfig::gpt2_small(),
+            "zoo preset gpt2_small()",
+        ),
+        decoder(
+            "GPT-2 XL",
+            &DecoderConfig::new(50257, 1600, 48, 25, 1024),
+            "gpt2-xl config: 48 layers, d 1600, 25 heads",
+        ),
+        decoder(
+            "Llama-3 8B",
+            &llama3(4096, 32, 32, 14336),
+            "Llama-3-8B config: 32 layers, d 4096, 32/8 heads, ffn 14336",
+        ),
+        decoder(
+            "Llama-3 70B",
+            &llama3(8192, 80, 64, 28672),
+            "Llama-3-70B config: 80 layers, d 8192, 64/8 heads, ffn 28672",
+        ),
+        decoder(
+            "GPT-3 175B",
+            &DecoderConfig::new(50257, 12288, 96, 96, 2048),
+            "GPT-3 paper, table 2.1: 96 layers, d 12288, 96 heads, context 2048",
+        ),
+    ];
+    for path in configs {
+        rows.push(from_file(path)?);
+    }
+    println!(
+        "| model | parameters | non-embedding | context T | forward FLOPs / token at T | Chinchilla tokens (20 N) | text at 4 B/token | training FLOPs 6 N D |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let n = r.params as f64;
+        let non_embedding = r.params.saturating_sub(r.embedding);
+        // Kaplan et al. (2020): 2 N_non-embedding + 2 n_layer n_ctx d_attn per token.
+        let forward = 2.0 * non_embedding as f64
+            + 2.0 * r.layers as f64 * r.context as f64 * r.d_model as f64;
+        let d = tokens.unwrap_or(20.0 * n);
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {}B | {} |",
+            r.name,
+            thousands(r.params),
+            thousands(non_embedding),
+            r.context,
+            si(forward),
+            si(20.0 * n),
+            si(20.0 * n * 4.0),
+            si(6.0 * n * d),
+        );
+    }
+    println!();
+    for r in &rows {
+        println!("{}: {}", r.name, r.source);
+    }
+    if let Some(t) = tokens {
+        println!("training FLOPs use D = {} tokens (--tokens)", si(t));
+    }
+    Ok(())
+}

@@ -47,15 +47,18 @@ pub fn run(device: &Device) -> Result<(), Error> {
         };
         let (a, b) = (encode(&first)?, encode(&second)?);
         let permuted = a.clone().select(0, swap.clone());
+        let scale = a.clone().abs().max().into_scalar::<f32>();
         let bites = max_abs(a.slice([1..2, 0..d]), b.clone().slice([1..2, 0..d]));
         println!(
-            "{}: largest |out(Man bites dog) - swap(out(Dog bites man))| = {:.3e}; \"bites\" differs by {:.3e}",
+            "{}: largest |out(Man bites dog) - swap(out(Dog bites man))| = {:.3e} \
+             ({:.2e} of the largest output, {scale:.3e}); \"bites\" differs by {:.3e}",
             if with_positions {
                 "with sinusoidal positions"
             } else {
                 "without positions        "
             },
-            max_abs(b, permuted),
+            max_abs(b.clone(), permuted.clone()),
+            max_abs(b, permuted) / scale,
             bites
         );
     }

@@ -68,8 +68,13 @@ pub fn run(
     let (i, j) = (closest / n, closest % n);
     let distance = (D as f32 - 2.0 * dot).max(0.0).sqrt();
     println!(
-        "distinct positions: over the first {n} positions (d = {D}), the closest two rows are \
-         {i} and {j}, at distance {distance:.4} (each row has length {:.2})",
+        "distinct positions: over all pairs of the first {n} positions (d = {D}), the closest \
+         two rows are {} apart (positions {} and {}), at distance {distance:.4}; each row has \
+         length {:.2}. The distance depends only on the offset, so every pair that far apart \
+         ties.",
+        i.abs_diff(j),
+        i.min(j),
+        i.max(j),
         (D as f32 / 2.0).sqrt()
     );
 

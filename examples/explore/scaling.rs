@@ -124,22 +124,13 @@ fn from_file(path: &Path) -> Result<Sizes, Error> {
     })
 }
 
-/// `1234567` -> `1.23M`, and so on.
-fn si(v: f64) -> String {
-    let (div, unit) = [
-        (1e24, "Y"),
-        (1e21, "Z"),
-        (1e18, "E"),
-        (1e15, "P"),
-        (1e12, "T"),
-        (1e9, "G"),
-        (1e6, "M"),
-        (1e3, "k"),
-    ]
-    .into_iter()
-    .find(|(d, _)| v >= *d)
-    .unwrap_or((1.0, ""));
-    format!("{:.2}{unit}", v / div)
+/// Bytes in GB or TB (decimal).
+fn bytes(v: f64) -> String {
+    if v >= 1e12 {
+        format!("{:.2} TB", v / 1e12)
+    } else {
+        format!("{:.1} GB", v / 1e9)
+    }
 }
 
 fn thousands(n: usize) -> String {
@@ -217,15 +208,15 @@ pub fn run(configs: &[PathBuf], tokens: Option<f64>) -> Result<(), Error> {
             + 2.0 * r.layers as f64 * r.context as f64 * r.d_model as f64;
         let d = tokens.unwrap_or(20.0 * n);
         println!(
-            "| {} | {} | {} | {} | {} | {} | {}B | {} |",
+            "| {} | {} | {} | {} | {:.3e} | {:.3e} | {} | {:.3e} |",
             r.name,
             thousands(r.params),
             thousands(non_embedding),
             r.context,
-            si(forward),
-            si(20.0 * n),
-            si(20.0 * n * 4.0),
-            si(6.0 * n * d),
+            forward,
+            20.0 * n,
+            bytes(20.0 * n * 4.0),
+            6.0 * n * d,
         );
     }
     println!();
@@ -233,7 +224,7 @@ pub fn run(configs: &[PathBuf], tokens: Option<f64>) -> Result<(), Error> {
         println!("{}: {}", r.name, r.source);
     }
     if let Some(t) = tokens {
-        println!("training FLOPs use D = {} tokens (--tokens)", si(t));
+        println!("training FLOPs use D = {t:.3e} tokens (--tokens)");
     }
     Ok(())
 }

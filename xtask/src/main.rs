@@ -823,8 +823,22 @@ fn bench(args: &[String]) -> Result<bool> {
     }
     let venv = setup()?;
     let cargo_env = CargoEnv::new(&venv)?;
-    // Build the bench programs with exactly the test suite's package set and features, so
-    // the dependencies compiled for the tests are reused rather than built a second time.
+    let release = build_bench_programs(&cargo_env)?;
+    let mut command = Command::new(release.join(what));
+    command
+        .args(rest)
+        .envs(cargo_env.vars.iter().map(|(key, value)| (key, value)));
+    println!("+ {}", describe(&command));
+    let status = command
+        .status()
+        .map_err(|err| format!("cannot start bench program {what}: {err}"))?;
+    Ok(status.success())
+}
+
+/// Builds the bench programs with exactly the test suite's package set and features, so
+/// the dependencies compiled for the tests are reused rather than built a second time.
+/// Returns the folder the programs are in.
+fn build_bench_programs(cargo_env: &CargoEnv) -> Result<PathBuf> {
     let mut build = cargo_env.cargo([
         "build",
         "--release",
@@ -834,18 +848,10 @@ fn bench(args: &[String]) -> Result<bool> {
         MATRIX_FEATURES,
     ]);
     run_checked(&mut build, "bench build")?;
-    let target = env::var_os("CARGO_TARGET_DIR")
+    Ok(env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let mut command = Command::new(target.join("release").join(what));
-    command
-        .args(rest)
-        .envs(cargo_env.vars.iter().map(|(key, value)| (key, value)));
-    println!("+ {}", describe(&command));
-    let status = command
-        .status()
-        .map_err(|err| format!("cannot start bench program {what}: {err}"))?;
-    Ok(status.success())
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("release"))
 }
 
 /// The bench programs: one per file of `zoo-bench`'s `src/bin`, sorted.

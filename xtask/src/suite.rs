@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::{CargoEnv, MATRIX_FEATURES, Result, ensure_reference_packages, setup, workspace_root};
+use crate::{CargoEnv, Result, ensure_reference_packages, setup, workspace_root};
 
 /// One row of the table.
 #[derive(Debug, Clone)]
@@ -371,19 +371,7 @@ pub fn run(args: &[String]) -> Result<bool> {
     let venv = setup()?;
     ensure_reference_packages(&venv)?;
     let cargo_env = CargoEnv::new(&venv)?;
-    let mut build = cargo_env.cargo([
-        "build",
-        "--release",
-        "--workspace",
-        "--bins",
-        "--features",
-        MATRIX_FEATURES,
-    ]);
-    crate::run_checked(&mut build, "bench build")?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("release");
+    let target = crate::build_bench_programs(&cargo_env)?;
     let python = venv.join("bin").join("python");
     let scripts = workspace_root().join("xtask/bench");
     let threads = options.threads.to_string();

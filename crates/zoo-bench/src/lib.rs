@@ -179,6 +179,14 @@ impl Common {
     pub fn start(&self) -> Result<burn::tensor::Device, String> {
         start(self.threads, &self.device)
     }
+
+    /// [`Self::start`], or `error: ...` on stderr and exit status 2.
+    pub fn start_or_exit(&self) -> burn::tensor::Device {
+        self.start().unwrap_or_else(|e| {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        })
+    }
 }
 
 /// The start of every bench program: sizes flex's thread pool (all cores when `threads`

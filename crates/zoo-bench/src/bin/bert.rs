@@ -26,10 +26,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start().unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    });
+    let device = args.common.start_or_exit();
     let mut cfg = BertConfig::bert_base_uncased();
     cfg.hidden_dropout_prob = 0.0;
     cfg.attention_probs_dropout_prob = 0.0;

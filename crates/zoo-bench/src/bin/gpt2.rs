@@ -55,10 +55,7 @@ fn ids(n: usize) -> Vec<usize> {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start().unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    });
+    let device = args.common.start_or_exit();
     device.seed(0);
     let model = or_exit(DecoderConfig::gpt2_small().init(&device));
     let runs = args.common.runs;

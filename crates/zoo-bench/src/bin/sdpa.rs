@@ -43,10 +43,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start().unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    });
+    let device = args.common.start_or_exit();
     let (h, dh, t) = (8, 64, args.len);
     device.seed(0);
     let qkv = || Tensor::<4>::random([1, h, t, dh], Distribution::Normal(0.0, 1.0), &device);

@@ -48,10 +48,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start().unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    });
+    let device = args.common.start_or_exit();
     let (cfg, batch) = match args.preset {
         Preset::Char => (DecoderConfig::char_gpt(VOCAB), 64),
         Preset::Gpt2 => (DecoderConfig::new(VOCAB, 128, 4, 4, 64), 12),

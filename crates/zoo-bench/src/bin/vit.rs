@@ -23,10 +23,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start().unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(2);
-    });
+    let device = args.common.start_or_exit();
     device.seed(0);
     let model = ViTConfig::vit_base_patch16_224()
         .init(false, &device)

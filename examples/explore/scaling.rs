@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use zoo_decoder::{DecoderConfig, HfDecoderConfig};
 use zoo_encoder::BertConfig;
 use zoo_examples::Error;
+use zoo_seq2seq::{MarianConfig, T5Config};
 use zoo_vision::ViTConfig;
 
 /// One row: a model's sizes as the arithmetic needs them.
@@ -67,6 +68,53 @@ fn vit(name: &str, cfg: &ViTConfig, source: &str) -> Sizes {
     }
 }
 
+/// An encoder-decoder: both stacks count as layers for the attention term, at
+/// `context` positions.
+fn seq2seq(
+    name: &str,
+    params: usize,
+    embedding: usize,
+    d: usize,
+    layers: usize,
+    context: usize,
+    source: &str,
+) -> Sizes {
+    Sizes {
+        name: name.into(),
+        params,
+        embedding,
+        layers,
+        d_model: d,
+        context,
+        source: source.into(),
+    }
+}
+
+fn t5(name: &str, cfg: &T5Config, source: &str) -> Result<Sizes, Error> {
+    let tables = if cfg.tie_word_embeddings { 1 } else { 2 };
+    Ok(seq2seq(
+        name,
+        cfg.num_params()?,
+        tables * cfg.vocab_size * cfg.d_model,
+        cfg.d_model,
+        cfg.num_layers + cfg.decoder_layers(),
+        512,
+        source,
+    ))
+}
+
+fn marian(name: &str, cfg: &MarianConfig, source: &str) -> Sizes {
+    seq2seq(
+        name,
+        cfg.num_params(),
+        cfg.vocab_size * cfg.d_model,
+        cfg.d_model,
+        cfg.encoder_layers + cfg.decoder_layers,
+        cfg.max_position_embeddings,
+        source,
+    )
+}
+
 /// Llama-3's published configuration (HF `config.json` of Meta-Llama-3-8B / -70B):
 /// vocabulary 128,256, 8 KV heads, SwiGLU, RMSNorm, untied head, RoPE.
 fn llama3(hidden: usize, layers: usize, heads: usize, ffn: usize) -> DecoderConfig {
@@ -106,6 +154,17 @@ fn from_file(path: &Path) -> Result<Sizes, Error> {
             &ViTConfig::from_json(&text).map_err(|e| bad(&e))?,
             &source,
         ),
+        "t5" => t5(
+            &name,
+            &serde_json::from_value(json).map_err(|e| bad(&e))?,
+            &source,
+        )
+        .map_err(|e| bad(&e.to_string()))?,
+        "marian" => marian(
+            &name,
+            &serde_json::from_value(json).map_err(|e| bad(&e))?,
+            &source,
+        ),
         "gpt2" => {
             let hf = HfDecoderConfig::Gpt2(serde_json::from_value(json).map_err(|e| bad(&e))?);
             decoder(&name, &hf.decoder().map_err(|e| bad(&e))?, &source)
@@ -116,7 +175,7 @@ fn from_file(path: &Path) -> Result<Sizes, Error> {
         }
         other => {
             return Err(format!(
-                "{}: model_type {other:?} is not counted here (bert, vit, gpt2, llama, mistral, qwen2 are)",
+                "{}: model_type {other:?} is not counted here (bert, vit, gpt2, llama, mistral, qwen2, t5, marian are)",
                 file.display()
             )
             .into());
@@ -172,6 +231,19 @@ pub fn run(configs: &[PathBuf], tokens: Option<f64>) -> Result<(), Error> {
             &DecoderConfig::gpt2_small(),
             "zoo preset gpt2_small()",
         ),
+        marian(
+            "Transformer base",
+            &MarianConfig::transformer(37000, 512, 6, 8, 2048, 512, 0, 1),
+            "MarianConfig::transformer: Vaswani et al. (2017) base, 37,000 shared tokens",
+        ),
+        t5(
+            "T5-small",
+            &serde_json::from_value(serde_json::json!({
+                "vocab_size": 32128, "d_model": 512, "d_kv": 64, "d_ff": 2048,
+                "num_layers": 6, "num_heads": 8, "feed_forward_proj": "relu",
+            }))?,
+            "t5-small config: 6 + 6 layers, d 512, 8 heads, ffn 2048, tied",
+        )?,
         decoder(
             "GPT-2 XL",
             &DecoderConfig::new(50257, 1600, 48, 25, 1024),

@@ -516,7 +516,10 @@ fn render(
          rows warm up for 3 steps). A figure below is the median over the rounds; a ratio \
          is zoo / PyTorch within a round, then the median over the rounds. Peak RSS is each \
          process's high-water mark (`VmHWM`, `ru_maxrss`), the median over the rounds.\n\
-         - Bold: the fastest zoo backend of the row.\n\n",
+         - Bold: the fastest zoo backend of the row (for the memory rows, the smallest).\n\
+         - Row 2 leaves ndarray out: it decodes at about 0.6 s a token here, 4 minutes a \
+         process. Row 8 runs on flex and ndarray only: the figure is counted by the \
+         program's allocator, which does not see libtorch's memory.\n\n",
         machine(),
         options.threads,
         options.rounds

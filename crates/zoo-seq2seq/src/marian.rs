@@ -60,6 +60,16 @@ impl MarianConfig {
             .with_dropout(self.dropout)
     }
 
+    /// Parameters of the model [`Self::init`] builds, counted from the configuration
+    /// alone: the shared embedding, both stacks, and the final logits bias (a parameter
+    /// that does not train, as in HF).
+    pub fn num_params(&self) -> usize {
+        self.vocab_size * self.d_model
+            + self.encoder_layers * self.block(false).num_params()
+            + self.decoder_layers * self.block(true).num_params()
+            + self.vocab_size
+    }
+
     /// Validates and builds the model with N(0, 0.02) weights.
     ///
     /// # Errors

@@ -64,6 +64,26 @@ impl T5Config {
             .with_placement(NormPlacement::Pre))
     }
 
+    /// Trainable parameters of the model [`Self::init`] builds, counted from the
+    /// configuration alone: the shared embedding, both stacks (the first block of each
+    /// with its relative bias table), both final norms and an untied head.
+    ///
+    /// # Errors
+    /// A `feed_forward_proj` the zoo does not implement.
+    pub fn num_params(&self) -> Result<usize> {
+        let d = self.d_model;
+        let mut n = self.vocab_size * d + 2 * NormKind::RmsNorm.num_params(d);
+        for (layers, decoder) in [(self.num_layers, false), (self.decoder_layers(), true)] {
+            for i in 0..layers {
+                n += self.block(i == 0, decoder)?.num_params();
+            }
+        }
+        if !self.tie_word_embeddings {
+            n += self.vocab_size * d;
+        }
+        Ok(n)
+    }
+
     /// Validates and builds the model, with N(0, 1) embeddings and N(0, 0.05) weights
     /// (a checkpoint overwrites them).
     ///

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::Deserialize;
 use zoo_core::{
@@ -333,4 +334,18 @@ fn saving_round_trips_and_bad_inputs_are_named() {
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn configurations_count_the_parameters_their_models_have() {
+    let device = zoo_device::test_device();
+    for name in ["t5-tiny", "t5-tiny-tied"] {
+        let m = T5ForConditionalGeneration::from_pretrained(fixture(name), &device).unwrap();
+        assert_eq!(m.config().num_params().unwrap(), m.num_params(), "{name}");
+    }
+    let m = MarianMtModel::from_pretrained(fixture("marian-tiny"), &device).unwrap();
+    assert_eq!(m.config().num_params(), m.num_params());
+    // The original Transformer by configuration (the G2P example's sizes).
+    let cfg = zoo_seq2seq::MarianConfig::transformer(60, 128, 3, 4, 512, 64, 0, 1);
+    assert_eq!(cfg.num_params(), cfg.init(&device).unwrap().num_params());
 }

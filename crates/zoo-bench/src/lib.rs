@@ -126,11 +126,11 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-/// Prints the line `cargo xtask bench` reads from every bench program and PyTorch script:
+/// The line `cargo xtask bench` reads from every bench program and PyTorch script:
 /// `bench-result {"unit": ..., "median": ..., "runs": [...], "peak_rss_mib": ...}`, the
 /// runs in `unit` per `per` (milliseconds per call, or per token when `per` is the tokens
 /// of a call), sorted, and any `extra` figures by name.
-pub fn print_result(times: &[Duration], per: usize, extra: &[(&str, f64)]) {
+pub fn result_line(times: &[Duration], per: usize, extra: &[(&str, f64)]) -> String {
     let mut runs: Vec<f64> = times
         .iter()
         .map(|t| t.as_secs_f64() * 1e3 / per.max(1) as f64)
@@ -143,18 +143,10 @@ pub fn print_result(times: &[Duration], per: usize, extra: &[(&str, f64)]) {
         .iter()
         .map(|(k, v)| format!(", \"{k}\": {v:.3}"))
         .collect();
-    println!(
+    format!(
         "bench-result {{\"unit\": \"ms\", \"median\": {median:.3}, \"runs\": [{}], \"peak_rss_mib\": {peak}{extra}}}",
         list.join(", ")
-    );
-}
-
-/// Exits with status 1 after printing `error: {e}`, for the bench programs' set-up.
-pub fn or_exit<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
-    result.unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    })
+    )
 }
 
 /// The options of the model bench programs: timed runs, flex's threads and the backend.
@@ -178,14 +170,6 @@ impl Common {
     /// As [`start`].
     pub fn start(&self) -> Result<burn::tensor::Device, String> {
         start(self.threads, &self.device)
-    }
-
-    /// [`Self::start`], or `error: ...` on stderr and exit status 2.
-    pub fn start_or_exit(&self) -> burn::tensor::Device {
-        self.start().unwrap_or_else(|e| {
-            eprintln!("error: {e}");
-            std::process::exit(2);
-        })
     }
 }
 

@@ -8,7 +8,11 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::{print_result, timed_runs};
+use zoo_bench::timed_runs;
+
+#[path = "../cli.rs"]
+mod cli;
+use cli::{print_result, start_or_exit};
 use zoo_encoder::{BertConfig, EncoderInput};
 
 /// Times BERT-base forward.
@@ -26,7 +30,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start_or_exit();
+    let device = start_or_exit(&args.common);
     let mut cfg = BertConfig::bert_base_uncased();
     cfg.hidden_dropout_prob = 0.0;
     cfg.attention_probs_dropout_prob = 0.0;

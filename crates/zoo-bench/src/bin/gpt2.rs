@@ -14,7 +14,11 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
-use zoo_bench::{or_exit, print_result, timed_runs};
+use zoo_bench::timed_runs;
+
+#[path = "../cli.rs"]
+mod cli;
+use cli::{or_exit, print_result, start_or_exit};
 use zoo_core::{GenerationConfig, generate};
 use zoo_decoder::{DecoderConfig, DecoderInput};
 
@@ -55,7 +59,7 @@ fn ids(n: usize) -> Vec<usize> {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start_or_exit();
+    let device = start_or_exit(&args.common);
     device.seed(0);
     let model = or_exit(DecoderConfig::gpt2_small().init(&device));
     let runs = args.common.runs;

@@ -16,7 +16,11 @@ use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use zoo_attention::Mask;
 use zoo_attention::sdpa::{attention_chunked, attention_fused, attention_reference};
-use zoo_bench::{ALLOC, or_exit, print_result, timed_runs};
+use zoo_bench::{ALLOC, timed_runs};
+
+#[path = "../cli.rs"]
+mod cli;
+use cli::{or_exit, print_result, start_or_exit};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum AttentionPath {
@@ -43,7 +47,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start_or_exit();
+    let device = start_or_exit(&args.common);
     let (h, dh, t) = (8, 64, args.len);
     device.seed(0);
     let qkv = || Tensor::<4>::random([1, h, t, dh], Distribution::Normal(0.0, 1.0), &device);

@@ -20,7 +20,11 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
-use zoo_bench::{or_exit, print_result, timed_runs};
+use zoo_bench::timed_runs;
+
+#[path = "../cli.rs"]
+mod cli;
+use cli::{or_exit, print_result, start_or_exit};
 use zoo_decoder::{DecoderConfig, DecoderInput};
 
 /// Characters in the Shakespeare text's vocabulary.
@@ -48,7 +52,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start_or_exit();
+    let device = start_or_exit(&args.common);
     let (cfg, batch) = match args.preset {
         Preset::Char => (DecoderConfig::char_gpt(VOCAB), 64),
         Preset::Gpt2 => (DecoderConfig::new(VOCAB, 128, 4, 4, 64), 12),

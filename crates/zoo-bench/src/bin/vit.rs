@@ -8,7 +8,11 @@
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::{print_result, timed_runs};
+use zoo_bench::timed_runs;
+
+#[path = "../cli.rs"]
+mod cli;
+use cli::{print_result, start_or_exit};
 use zoo_vision::{ImageInput, ViTConfig};
 
 /// Times ViT-B/16 forward.
@@ -23,7 +27,7 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let device = args.common.start_or_exit();
+    let device = start_or_exit(&args.common);
     device.seed(0);
     let model = ViTConfig::vit_base_patch16_224()
         .init(false, &device)

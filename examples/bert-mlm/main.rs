@@ -45,6 +45,12 @@ struct Args {
     /// Passages per batch.
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 1e-3)]
+    lr: f64,
+    /// Warm-up steps, as a share of --steps.
+    #[arg(long, default_value_t = 0.05)]
+    warmup: f64,
     /// WordPiece vocabulary size.
     #[arg(long, default_value_t = 4000)]
     vocab: usize,
@@ -147,6 +153,12 @@ fn run(args: Args) -> Result<(), Error> {
         ("batch", args.batch),
         ("eval-every", args.eval_every),
     ])?;
+    if !(args.lr > 0.0 && args.lr.is_finite()) {
+        return Err(format!("--lr must be a positive number, got {}", args.lr).into());
+    }
+    if !(0.0..1.0).contains(&args.warmup) {
+        return Err(format!("--warmup must be in [0, 1), got {}", args.warmup).into());
+    }
     let device = device_or_exit(&args.device);
     let started = Instant::now();
 
@@ -226,9 +238,9 @@ fn run(args: Args) -> Result<(), Error> {
     bert.max_position_embeddings = args.max_len;
     let mut cfg = TrainConfig::steps(args.steps, args.eval_every, &args.artifacts);
     cfg.batch_size = args.batch;
-    cfg.lr = 1e-3;
-    cfg.min_lr = 1e-4;
-    cfg.warmup_steps = args.steps / 20;
+    cfg.lr = args.lr;
+    cfg.min_lr = args.lr / 10.0;
+    cfg.warmup_steps = (args.steps as f64 * args.warmup).round() as usize;
     cfg.weight_decay = 0.01;
     cfg.seed = args.seed;
     cfg.devices = vec![args.device.clone()];

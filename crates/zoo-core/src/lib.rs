@@ -30,4 +30,6 @@ pub use beam::{BeamConfig, BeamOutput, EarlyStopping, beam_search};
 pub use checkpoint::{CheckpointError, KeyMap, TensorReport, WeightsFile};
 pub use error::{CoreError, ModelError};
 pub use generate::{Generation, GenerationConfig, generate};
-pub use model::{CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits};
+pub use model::{
+    CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits, kept_rows,
+};

@@ -26,6 +26,52 @@ pub trait TokenLogits: Module + ModuleDisplay + 'static {
         tokens: Tensor<2, Int>,
         padding: Option<Tensor<2, Bool>>,
     ) -> Result<Tensor<3>, ModelError>;
+
+    /// The logits of only the positions `keep` marks, in row-major order: `[N, V]` for
+    /// `N` marked positions. A training task needs no more than that, and a masked LM,
+    /// whose 15% of chosen positions are all that count, saves most of its output layer
+    /// by projecting only them. The default computes every position and keeps the marked
+    /// ones.
+    ///
+    /// # Shapes
+    /// - `tokens`, `padding`, `keep`: `[B, T]`
+    /// - returns `[N, V]`
+    ///
+    /// # Errors
+    /// A `keep` whose shape is not the tokens', and whatever
+    /// [`TokenLogits::token_logits`] rejects.
+    fn token_logits_at(
+        &self,
+        tokens: Tensor<2, Int>,
+        padding: Option<Tensor<2, Bool>>,
+        keep: Tensor<2, Bool>,
+    ) -> Result<Tensor<2>, ModelError> {
+        let rows = kept_rows(&tokens, &keep)?;
+        let logits = self.token_logits(tokens, padding)?;
+        let [b, t, v] = logits.dims();
+        Ok(logits.reshape([b * t, v]).select(0, rows))
+    }
+}
+
+/// The flattened indices (`b·T + t`) of the positions `keep` marks, `[N]`, after checking
+/// that `keep` has the tokens' shape `[B, T]`.
+///
+/// # Errors
+/// Shapes that differ, named in the message.
+pub fn kept_rows(
+    tokens: &Tensor<2, Int>,
+    keep: &Tensor<2, Bool>,
+) -> Result<Tensor<1, Int>, ModelError> {
+    let [b, t] = tokens.dims();
+    if keep.dims() != [b, t] {
+        return Err(ModelError::msg(format!(
+            "the positions to keep have shape {:?}, but the tokens have [{b}, {t}]",
+            keep.dims()
+        )));
+    }
+    let rows = keep.clone().reshape([b * t]).argwhere();
+    let n = rows.dims()[0];
+    Ok(rows.reshape([n]))
 }
 
 /// An encoder-decoder that maps a source and the decoder's input (teacher forcing) to

@@ -12,7 +12,7 @@ use zoo_attention::{
     AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttention, MultiHeadAttentionConfig,
     NormKind,
 };
-use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits};
+use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits, kept_rows};
 
 use crate::config::{BertConfig, HiddenAct};
 use crate::error::{EncoderError, Result};
@@ -437,13 +437,21 @@ impl BertForMaskedLm {
     /// As [`BertModel::forward`].
     pub fn forward(&self, input: EncoderInput) -> Result<Tensor<3>> {
         let h = self.bert.forward(input)?.hidden;
+        let [b, t, d] = h.dims();
+        let v = self.bert.vocab_size();
+        Ok(self.head(h.reshape([b * t, d])).reshape([b, t, v]))
+    }
+
+    /// The masked-LM head on hidden states `[N, H]`: transform, then the decoder tied to
+    /// the word embedding, plus its bias: `[N, V]`.
+    fn head(&self, h: Tensor<2>) -> Tensor<2> {
         let h = self
             .transform_norm
             .forward(self.act.apply(self.transform.forward(h)));
-        // [B, T, H] x [H, V] -> [B, T, V], the word embedding's transpose.
+        // [N, H] x [H, V], the word embedding's transposed view (no copy of the table).
         let w = self.bert.embeddings.word_embeddings.weight.val();
         let v = self.bert.vocab_size();
-        Ok(zoo_attention::tied_logits(h, w) + self.decoder_bias.val().reshape([1, 1, v]))
+        h.matmul(w.transpose()) + self.decoder_bias.val().reshape([1, v])
     }
 }
 
@@ -458,6 +466,23 @@ impl TokenLogits for BertForMaskedLm {
             input = input.padding(pad);
         }
         Ok(self.forward(input)?)
+    }
+
+    /// Runs the encoder over every position, but the head only over the kept ones.
+    fn token_logits_at(
+        &self,
+        tokens: Tensor<2, Int>,
+        padding: Option<Tensor<2, Bool>>,
+        keep: Tensor<2, Bool>,
+    ) -> std::result::Result<Tensor<2>, ModelError> {
+        let rows = kept_rows(&tokens, &keep)?;
+        let mut input = EncoderInput::new(tokens);
+        if let Some(pad) = padding {
+            input = input.padding(pad);
+        }
+        let h = self.bert.forward(input)?.hidden;
+        let [b, t, d] = h.dims();
+        Ok(self.head(h.reshape([b * t, d]).select(0, rows)))
     }
 }
 

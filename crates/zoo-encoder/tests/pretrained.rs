@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use serde::Deserialize;
-use zoo_core::{CheckpointError, KeyMap, WeightsFile};
+use zoo_core::{CheckpointError, KeyMap, TokenLogits, WeightsFile};
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_encoder::{
@@ -151,6 +151,55 @@ fn masked_lm_matches_transformers() {
     let model = BertForMaskedLm::from_pretrained(fixture("bert-tiny-mlm"), &device).unwrap();
     let logits = model.forward(input(&e, &device)).unwrap();
     assert_matches("masked-LM logits", logits, e.logits.as_ref().unwrap());
+}
+
+#[test]
+fn masked_lm_logits_at_chosen_positions_are_the_full_forward_rows() {
+    // What the masked-LM task trains on: the head runs only over the chosen positions,
+    // and their rows must be the full forward's rows at those positions (that forward is
+    // checked against transformers above).
+    let device = test_device();
+    let e = expected("bert-tiny-mlm");
+    let model = BertForMaskedLm::from_pretrained(fixture("bert-tiny-mlm"), &device).unwrap();
+    let inp = input(&e, &device);
+    let (ids, padding) = (inp.tokens.clone(), inp.padding.clone());
+    let full = model
+        .forward(EncoderInput::new(ids.clone()).padding(padding.clone().unwrap()))
+        .unwrap();
+    let [b, t, v] = full.dims();
+    let full = floats(full);
+    let chosen = [(0, 0), (0, 4), (0, 10), (1, 2), (1, 6)];
+    let mut keep = vec![false; b * t];
+    for (r, c) in chosen {
+        keep[r * t + c] = true;
+    }
+    let keep = Tensor::<2, Bool>::from_data(TensorData::new(keep, [b, t]), &device);
+    let got = model
+        .token_logits_at(ids.clone(), padding.clone(), keep)
+        .unwrap();
+    assert_eq!(got.dims(), [chosen.len(), v]);
+    let want: Vec<f32> = chosen
+        .iter()
+        .flat_map(|(r, c)| full[(r * t + c) * v..(r * t + c + 1) * v].to_vec())
+        .collect();
+    let diff = max_abs_diff_slices(&floats(got), &want);
+    assert!(
+        diff <= 1e-5,
+        "kept rows differ from the full forward by {diff}"
+    );
+    // A mask of another shape is refused, naming both shapes.
+    let wrong = Tensor::<2, Bool>::from_data(
+        TensorData::new(vec![true; b * (t - 1)], [b, t - 1]),
+        &device,
+    );
+    let err = model
+        .token_logits_at(ids, padding, wrong)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("[{b}, {}]", t - 1)) && err.contains(&format!("[{b}, {t}]")),
+        "{err}"
+    );
 }
 
 #[test]

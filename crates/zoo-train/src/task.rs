@@ -117,6 +117,18 @@ fn counted_positions(
     let n = idx.dims()[0];
     let idx = idx.reshape([n]);
     let logits = logits.reshape([b * t, v]).select(0, idx.clone()); // [N, V]
+    counted_logits(logits, targets, idx)
+}
+
+/// The loss of logits `[N, V]` already kept at the flattened positions `idx` `[N]` of
+/// `targets` `[B, T]`.
+fn counted_logits(
+    logits: Tensor<2>,
+    targets: Tensor<2, Int>,
+    idx: Tensor<1, Int>,
+) -> SequenceOutput {
+    let [b, t] = targets.dims();
+    let [n, v] = logits.dims();
     let targets = targets.reshape([b * t]).select(0, idx); // [N]
     let loss = CrossEntropyLossConfig::new()
         .init(&logits.device())
@@ -140,8 +152,13 @@ impl<M: TokenLogits> CausalLmTask<M> {
     /// # Errors
     /// The model's own.
     pub fn forward(&self, batch: CausalLmBatch) -> Result<SequenceOutput, ModelError> {
-        let logits = self.model.token_logits(batch.inputs, Some(batch.padding))?;
-        Ok(counted_positions(logits, batch.targets, batch.target_mask))
+        // Only the counted positions reach the output layer (all of them for a causal LM
+        // but the padding; the chosen 15% for a masked LM).
+        let idx = zoo_core::kept_rows(&batch.targets, &batch.target_mask)?;
+        let logits =
+            self.model
+                .token_logits_at(batch.inputs, Some(batch.padding), batch.target_mask)?;
+        Ok(counted_logits(logits, batch.targets, idx))
     }
 
     /// The training step's forward: the same as [`Self::forward`].

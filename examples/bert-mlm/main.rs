@@ -37,10 +37,10 @@ struct Args {
     #[arg(long, default_value = "flex")]
     device: String,
     /// Optimiser steps.
-    #[arg(long, default_value_t = 800)]
+    #[arg(long, default_value_t = 2000)]
     steps: usize,
     /// Steps between validations (divides --steps).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 500)]
     eval_every: usize,
     /// Passages per batch.
     #[arg(long, default_value_t = 32)]
@@ -48,6 +48,9 @@ struct Args {
     /// Peak learning rate.
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
+    /// Dropout on the embeddings, the sub-layer outputs and the attention weights.
+    #[arg(long, default_value_t = 0.1)]
+    dropout: f64,
     /// Warm-up steps, as a share of --steps.
     #[arg(long, default_value_t = 0.05)]
     warmup: f64,
@@ -57,6 +60,11 @@ struct Args {
     /// Longest passage in tokens.
     #[arg(long, default_value_t = 64)]
     max_len: usize,
+    /// Use this `tokenizer.json` (from an earlier run's `<artifacts>/model`) instead of
+    /// training a vocabulary. Training one twice on the same lines can give slightly
+    /// different vocabularies, so this is how a run is repeated exactly.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
     /// Seed of the split, the masks and the weights.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -174,14 +182,20 @@ fn run(args: Args) -> Result<(), Error> {
             train_lines.extend(lines);
         }
     }
-    let tok = BertTokenizer::train(train_lines.iter(), args.vocab, 2, true, args.max_len)?;
+    let tok = match &args.tokenizer {
+        Some(path) => BertTokenizer::from_file(path, args.max_len)?,
+        None => BertTokenizer::train(train_lines.iter(), args.vocab, 2, true, args.max_len)?,
+    };
     let train = globe::passages(&tok, &train_lines, args.max_len)?;
     let valid = globe::passages(&tok, &valid_lines, args.max_len)?;
     let words: Vec<u32> = (SPECIAL_TOKENS.len() as u32..tok.vocab_size() as u32).collect();
     println!(
-        "wordpiece: {} tokens trained on {} lines; {} training passages, {} validation passages ({}) of at most {} tokens",
+        "wordpiece: {} tokens {}; {} training passages, {} validation passages ({}) of at most {} tokens",
         tok.vocab_size(),
-        train_lines.len(),
+        match &args.tokenizer {
+            Some(path) => format!("read from {}", path.display()),
+            None => format!("trained on {} lines", train_lines.len()),
+        },
         train.len(),
         valid.len(),
         VALID_PLAYS.join(", "),
@@ -236,6 +250,8 @@ fn run(args: Args) -> Result<(), Error> {
 
     let mut bert = BertConfig::new(tok.vocab_size(), 128, 4, 4, 512);
     bert.max_position_embeddings = args.max_len;
+    bert.hidden_dropout_prob = args.dropout;
+    bert.attention_probs_dropout_prob = args.dropout;
     let mut cfg = TrainConfig::steps(args.steps, args.eval_every, &args.artifacts);
     cfg.batch_size = args.batch;
     cfg.lr = args.lr;

@@ -2,10 +2,11 @@
 //! 4×4 patches become 4 tokens (plus CLS), four pre-norm layers of width 128 attend over
 //! them, and the mean patch token is classified. The split is stratified (80% train, 20%
 //! test, fixed seed), and a quarter of the training reads are shifted by a pixel at
-//! random. The small CNN of `zoo-train`'s
-//! tests trains on the same split with the same schedule, for comparison. Prints the test
-//! accuracy of both after each epoch, saves the ViT as an HF checkpoint, and draws the
-//! attention rollout of one test image of each digit.
+//! random. The small CNN of `zoo-train`'s tests trains first, on the same split with the
+//! same schedule: it is the comparison, and the ViT's teacher (knowledge distillation,
+//! half of the ViT's loss). Prints the test accuracy of both after each epoch, saves the
+//! ViT as an HF checkpoint, and draws the attention rollout of one test image of each
+//! digit.
 //!
 //! ```sh
 //! cargo run --release --example digits-vit
@@ -19,7 +20,7 @@ use zoo_examples::digits::{DigitsSettings, attention_png, evaluate, split, train
 use zoo_examples::{
     Error, device_or_exit, exit_on_error, or_exit_on_earlier_run, require_positive,
 };
-use zoo_train::FitOptions;
+use zoo_train::{Distillation, FitOptions};
 use zoo_vision::Pooling;
 
 #[derive(Parser, Debug)]
@@ -43,6 +44,14 @@ struct Args {
     /// Label smoothing of the ViT's training loss, in [0, 1) (0: none).
     #[arg(long, default_value_t = 0.0)]
     label_smoothing: f32,
+    /// Distil the ViT from the CNN, which trains first (Hinton et al., 2015): the share of
+    /// the loss given to matching the CNN's softened outputs, in [0, 1] (0: the labels
+    /// alone).
+    #[arg(long, default_value_t = 0.5)]
+    distill: f32,
+    /// Temperature of the distillation's softmaxes.
+    #[arg(long, default_value_t = 4.0)]
+    distill_temperature: f32,
     /// Patch side in pixels: 1, 2, 4 or 8.
     #[arg(long, default_value_t = 4)]
     patch: usize,
@@ -90,6 +99,15 @@ fn run(args: Args) -> Result<(), Error> {
     if !8usize.is_multiple_of(args.patch) {
         return Err(format!("--patch must divide 8, got {}", args.patch).into());
     }
+    if args.distill > 0.0 && args.no_cnn {
+        return Err(
+            "--no-cnn leaves the ViT without its teacher: add --distill 0 to train on the labels alone"
+                .into(),
+        );
+    }
+    if !(0.0..=1.0).contains(&args.distill) {
+        return Err(format!("--distill must be in [0, 1], got {}", args.distill).into());
+    }
     let device = device_or_exit(&args.device);
     let started = Instant::now();
     let (train, test) = split(args.seed)?;
@@ -104,6 +122,10 @@ fn run(args: Args) -> Result<(), Error> {
     s.lr = args.lr;
     s.dropout = args.dropout;
     s.label_smoothing = args.label_smoothing;
+    s.distillation = (args.distill > 0.0).then_some(Distillation {
+        weight: args.distill,
+        temperature: args.distill_temperature,
+    });
     s.patch = args.patch;
     s.width = args.width;
     s.layers = args.layers;
@@ -129,12 +151,22 @@ fn run(args: Args) -> Result<(), Error> {
         cfg.pooling
     );
 
+    // The CNN first: it is the comparison, and under --distill the ViT's teacher.
+    let cnn_started = Instant::now();
+    let (cnn, cnn_acc) = if args.no_cnn {
+        (None, Vec::new())
+    } else {
+        let (cnn, acc) = train_cnn(&s, &train, &test, &device)?;
+        (Some(cnn), acc)
+    };
+    let cnn_seconds = cnn_started.elapsed().as_secs_f64();
     let vit_started = Instant::now();
     let (model, vit_acc) = or_exit_on_earlier_run(
         train_vit(
             &s,
             &train,
             &test,
+            cnn.as_ref(),
             &device,
             FitOptions {
                 report: Some(Box::new(|r| println!("{r}"))),
@@ -144,13 +176,6 @@ fn run(args: Args) -> Result<(), Error> {
         "--overwrite replaces it, --artifacts chooses another folder",
     )?;
     let vit_seconds = vit_started.elapsed().as_secs_f64();
-    let cnn_started = Instant::now();
-    let cnn_acc = if args.no_cnn {
-        Vec::new()
-    } else {
-        train_cnn(&s, &train, &test, &device)?
-    };
-    let cnn_seconds = cnn_started.elapsed().as_secs_f64();
 
     println!("\ntest accuracy per epoch:");
     println!("{:>6} {:>8} {:>8}", "epoch", "ViT", "CNN");

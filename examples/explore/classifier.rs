@@ -68,10 +68,10 @@ impl Batcher<Item, ClassificationBatch<Tensor<2, Int>>> for SeqBatcher {
             .flat_map(|i| i.tokens.iter().map(|&t| t as i64))
             .collect();
         let y: Vec<i64> = items.iter().map(|i| i.label as i64).collect();
-        ClassificationBatch {
-            inputs: Tensor::from_data(TensorData::new(x, [n, LEN]), device),
-            targets: Tensor::from_data(TensorData::new(y, [n]), device),
-        }
+        ClassificationBatch::new(
+            Tensor::from_data(TensorData::new(x, [n, LEN]), device),
+            Tensor::from_data(TensorData::new(y, [n]), device),
+        )
     }
 }
 

@@ -81,13 +81,10 @@ impl Batcher<Item, ClassificationBatch<EncoderInput>> for GenreBatcher {
             .tok
             .pad(items.into_iter().map(|i| i.passage).collect())
             .expect("the loader never makes an empty batch");
-        ClassificationBatch {
-            inputs: batch.to_input(device),
-            targets: burn::tensor::Tensor::from_data(
-                burn::tensor::TensorData::new(labels, [n]),
-                device,
-            ),
-        }
+        ClassificationBatch::new(
+            batch.to_input(device),
+            burn::tensor::Tensor::from_data(burn::tensor::TensorData::new(labels, [n]), device),
+        )
     }
 }
 

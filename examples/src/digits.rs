@@ -9,8 +9,11 @@ use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::tensor::Device;
+use burn::tensor::Tensor;
 use zoo_data::digits::{DigitBatcher, DigitImage, SIDE, ShiftedDigits};
-use zoo_train::{ClassificationTask, FitOptions, TrainConfig, fit_datasets};
+use zoo_train::{
+    ClassificationBatch, ClassificationTask, Distillation, FitOptions, TrainConfig, fit_datasets,
+};
 use zoo_vision::{ImageInput, Pooling, ViTConfig, ViTForImageClassification, attention_rollout};
 
 use crate::Error;
@@ -44,6 +47,9 @@ pub struct DigitsSettings {
     pub dropout: f64,
     /// Label smoothing of the ViT's training loss (0: none).
     pub label_smoothing: f32,
+    /// Distil the ViT from the trained CNN (Hinton et al., 2015): the teacher term's
+    /// weight and temperature. `None` trains on the labels alone.
+    pub distillation: Option<Distillation>,
     /// What the classifier reads: the CLS token or the mean patch token.
     pub pooling: Pooling,
     /// Seed of the split, the weights and the augmentation.
@@ -71,6 +77,7 @@ impl DigitsSettings {
             shift_probability: 0.25,
             dropout: 0.2,
             label_smoothing: 0.0,
+            distillation: None,
             pooling: Pooling::Mean,
             seed: 5,
             artifacts: artifacts.into(),
@@ -130,36 +137,85 @@ fn accuracies<T>(fitted: &zoo_train::FitResult<T>) -> Vec<f64> {
         .collect()
 }
 
+/// Batches digits with a teacher's logits on them, for distillation. The teacher (an
+/// inference copy) runs on its own device, on the same shifted images the student sees,
+/// and its logits are copied to the batch's device.
+#[derive(Clone, Debug)]
+pub struct TeacherBatcher {
+    teacher: cnn::DigitCnn,
+    device: Device,
+}
+
+impl TeacherBatcher {
+    /// `teacher` (in inference mode) on `device`, the one its weights are on.
+    pub fn new(teacher: cnn::DigitCnn, device: &Device) -> Self {
+        Self {
+            teacher,
+            device: device.clone(),
+        }
+    }
+}
+
+impl Batcher<DigitImage, ClassificationBatch<Tensor<4>>> for TeacherBatcher {
+    fn batch(&self, items: Vec<DigitImage>, device: &Device) -> ClassificationBatch<Tensor<4>> {
+        let images = DigitBatcher.batch(items.clone(), &self.device).inputs;
+        let logits = self.teacher.forward(images).into_data();
+        DigitBatcher
+            .batch(items, device)
+            .with_teacher_logits(Tensor::from_data(logits, device))
+    }
+}
+
 /// Trains the ViT on `train` (shifted at random), reporting accuracy on `test` after
-/// every epoch. Returns the model and those accuracies.
+/// every epoch. With [`DigitsSettings::distillation`], `teacher` (the trained CNN, in
+/// inference mode on `device`) supplies the soft targets. Returns the model and those
+/// accuracies.
 ///
 /// # Errors
-/// A configuration the model or the learner rejects, or an earlier run in the folder
-/// (unless overwriting).
+/// A configuration the model or the learner rejects, distillation without a teacher, or
+/// an earlier run in the folder (unless overwriting).
 pub fn train_vit(
     s: &DigitsSettings,
     train: &[DigitImage],
     test: &[DigitImage],
+    teacher: Option<&cnn::DigitCnn>,
     device: &Device,
     options: FitOptions,
 ) -> Result<(ViTForImageClassification, Vec<f64>), Error> {
     let ad = device.clone().autodiff();
     device.seed(s.seed);
     let model = ViTForImageClassification::new(&s.vit_config(), 10, &ad)?;
-    let fitted = fit_datasets(
-        ClassificationTask::new(model).with_label_smoothing(s.label_smoothing)?,
-        ShiftedDigits::new(train.to_vec(), s.max_shift, s.shift_probability, s.seed),
-        InMemDataset::new(test.to_vec()),
-        DigitBatcher,
-        &s.train_config("vit"),
-        std::slice::from_ref(device),
-        options,
-    )?;
+    let task = ClassificationTask::new(model).with_label_smoothing(s.label_smoothing)?;
+    let reads = ShiftedDigits::new(train.to_vec(), s.max_shift, s.shift_probability, s.seed);
+    let cfg = s.train_config("vit");
+    let devices = std::slice::from_ref(device);
+    let fitted = match (s.distillation, teacher) {
+        (None, _) => fit_datasets(
+            task,
+            reads,
+            InMemDataset::new(test.to_vec()),
+            DigitBatcher,
+            &cfg,
+            devices,
+            options,
+        )?,
+        (Some(d), Some(teacher)) => fit_datasets(
+            task.with_distillation(d.weight, d.temperature)?,
+            reads,
+            InMemDataset::new(test.to_vec()),
+            TeacherBatcher::new(teacher.clone(), device),
+            &cfg,
+            devices,
+            options,
+        )?,
+        (Some(_), None) => return Err("distillation needs the trained CNN as its teacher".into()),
+    };
     let acc = accuracies(&fitted);
     Ok((fitted.task.model.valid(), acc))
 }
 
-/// Trains the small CNN the same way (same split, shifts, schedule and epochs).
+/// Trains the small CNN the same way (same split, shifts, schedule and epochs). Returns
+/// it in inference mode, and its test accuracy (%) per epoch.
 ///
 /// # Errors
 /// As [`train_vit`].
@@ -168,7 +224,7 @@ pub fn train_cnn(
     train: &[DigitImage],
     test: &[DigitImage],
     device: &Device,
-) -> Result<Vec<f64>, Error> {
+) -> Result<(cnn::DigitCnn, Vec<f64>), Error> {
     let ad = device.clone().autodiff();
     device.seed(s.seed);
     let fitted = fit_datasets(
@@ -180,7 +236,8 @@ pub fn train_cnn(
         std::slice::from_ref(device),
         FitOptions::default(),
     )?;
-    Ok(accuracies(&fitted))
+    let acc = accuracies(&fitted);
+    Ok((fitted.task.model.valid(), acc))
 }
 
 /// Accuracy (%) of `model` on `images`, and the wrongly classified ones with their

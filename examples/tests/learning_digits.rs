@@ -19,7 +19,8 @@ fn learning_digits_vit_reaches_the_bound_in_a_short_run() {
     let mut s = DigitsSettings::new(EPOCHS, &dir);
     s.device = zoo_device::test_backend().to_string();
     let (train, test) = split(s.seed).unwrap();
-    let (model, per_epoch) = train_vit(&s, &train, &test, &device, FitOptions::default()).unwrap();
+    let (model, per_epoch) =
+        train_vit(&s, &train, &test, None, &device, FitOptions::default()).unwrap();
     eprintln!("digits ViT: test accuracy per epoch {per_epoch:?}");
     let (accuracy, wrong) = evaluate(&model, &test, &device).unwrap();
     assert!(

@@ -41,4 +41,25 @@ pub struct ClassificationBatch<X> {
     pub inputs: X,
     /// `[B]` class ids.
     pub targets: Tensor<1, Int>,
+    /// `[B, K]` a teacher's logits on the same inputs, for knowledge distillation (`None`
+    /// for plain training).
+    pub teacher_logits: Option<Tensor<2>>,
+}
+
+impl<X> ClassificationBatch<X> {
+    /// A batch of inputs and their classes, with no teacher.
+    pub fn new(inputs: X, targets: Tensor<1, Int>) -> Self {
+        Self {
+            inputs,
+            targets,
+            teacher_logits: None,
+        }
+    }
+
+    /// The same batch with a teacher's logits `[B, K]`.
+    #[must_use]
+    pub fn with_teacher_logits(mut self, logits: Tensor<2>) -> Self {
+        self.teacher_logits = Some(logits);
+        self
+    }
 }

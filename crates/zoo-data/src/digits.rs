@@ -197,10 +197,10 @@ impl Batcher<DigitImage, ClassificationBatch<Tensor<4>>> for DigitBatcher {
             .flat_map(|i| i.pixels.iter().copied())
             .collect();
         let y: Vec<i64> = items.iter().map(|i| i.label as i64).collect();
-        ClassificationBatch {
-            inputs: Tensor::from_data(TensorData::new(x, [n, 1, SIDE, SIDE]), device),
-            targets: Tensor::<1, Int>::from_data(TensorData::new(y, [n]), device),
-        }
+        ClassificationBatch::new(
+            Tensor::from_data(TensorData::new(x, [n, 1, SIDE, SIDE]), device),
+            Tensor::<1, Int>::from_data(TensorData::new(y, [n]), device),
+        )
     }
 }
 

@@ -45,10 +45,10 @@
 //!         let n = items.len();
 //!         let xy: Vec<f32> = items.iter().flat_map(|(p, _)| *p).collect();
 //!         let class: Vec<i64> = items.iter().map(|(_, c)| *c as i64).collect();
-//!         ClassificationBatch {
-//!             inputs: Tensor::from_data(TensorData::new(xy, [n, 2]), device),
-//!             targets: Tensor::from_data(TensorData::new(class, [n]), device),
-//!         }
+//!         ClassificationBatch::new(
+//!             Tensor::from_data(TensorData::new(xy, [n, 2]), device),
+//!             Tensor::from_data(TensorData::new(class, [n]), device),
+//!         )
 //!     }
 //! }
 //!
@@ -101,6 +101,6 @@ pub use fit::{
 pub use render::{Progress, RoundMetrics, SplitReport};
 pub use schedule::WarmupCosine;
 pub use task::{
-    CausalLmBatch, CausalLmTask, ClassLogits, ClassificationBatch, ClassificationTask, ModelError,
-    NanGuard, Seq2SeqBatch, Seq2SeqLogits, Seq2SeqTask, TokenLogits,
+    CausalLmBatch, CausalLmTask, ClassLogits, ClassificationBatch, ClassificationTask,
+    Distillation, ModelError, NanGuard, Seq2SeqBatch, Seq2SeqLogits, Seq2SeqTask, TokenLogits,
 };

@@ -9,6 +9,7 @@ use burn::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::activation::log_softmax;
 use burn::tensor::{Bool, Int, Tensor};
 use burn::train::{
     ClassificationOutput, InferenceStep, Interrupter, SequenceOutput, TrainOutput, TrainStep,
@@ -185,6 +186,17 @@ fn guarded_optimize<T: Module>(
     optim.step(lr, task, grads)
 }
 
+/// The mean over the batch of `KL(softmax(teacher / τ) ‖ softmax(student / τ))`, for
+/// logits `[B, K]`; the teacher's side carries no gradient. `[1]`.
+fn distillation_kl(student: Tensor<2>, teacher: Tensor<2>, temperature: f32) -> Tensor<1> {
+    let [b, _] = student.dims();
+    let t = f64::from(temperature);
+    let log_q = log_softmax(student / t, 1);
+    let log_p = log_softmax(teacher.detach() / t, 1);
+    let p = log_p.clone().exp();
+    (p * (log_p - log_q)).sum().reshape([1]) / b as f64
+}
+
 /// Sequence or image classification with cross-entropy and accuracy.
 #[derive(Module, Debug)]
 pub struct ClassificationTask<M: ClassLogits> {
@@ -194,6 +206,18 @@ pub struct ClassificationTask<M: ClassLogits> {
     guard: Option<Arc<NanGuard>>,
     #[module(skip)]
     label_smoothing: Option<f32>,
+    #[module(skip)]
+    distillation: Option<Distillation>,
+}
+
+/// Knowledge distillation's settings (Hinton et al., 2015): the share of the loss that
+/// matches the teacher, and the temperature that softens both distributions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Distillation {
+    /// Share of the training loss given to the teacher term, in `(0, 1]`.
+    pub weight: f32,
+    /// Temperature `τ > 0` of both softmaxes in the teacher term.
+    pub temperature: f32,
 }
 
 impl<M: ClassLogits> ClassificationTask<M> {
@@ -203,7 +227,35 @@ impl<M: ClassLogits> ClassificationTask<M> {
             model,
             guard: None,
             label_smoothing: None,
+            distillation: None,
         }
+    }
+
+    /// Trains against a teacher as well as the labels (Hinton et al., 2015): the training
+    /// loss becomes `(1 - weight) · CE(student, labels) + weight · τ² · KL(softmax(teacher
+    /// / τ) ‖ softmax(student / τ))`, with the teacher's logits from each training batch
+    /// ([`ClassificationBatch::with_teacher_logits`]). The `τ²` keeps the teacher term's
+    /// gradients on the scale of the label term's. Validation reports the plain
+    /// cross-entropy against the labels.
+    ///
+    /// # Errors
+    /// A `weight` outside `(0, 1]` or a temperature that is not a positive number.
+    pub fn with_distillation(mut self, weight: f32, temperature: f32) -> Result<Self, ModelError> {
+        if !(weight > 0.0 && weight <= 1.0) {
+            return Err(ModelError::msg(format!(
+                "the distillation weight must be in (0, 1], got {weight}"
+            )));
+        }
+        if !(temperature > 0.0 && temperature.is_finite()) {
+            return Err(ModelError::msg(format!(
+                "the distillation temperature must be a positive number, got {temperature}"
+            )));
+        }
+        self.distillation = Some(Distillation {
+            weight,
+            temperature,
+        });
+        Ok(self)
     }
 
     /// Trains against smoothed labels (Szegedy et al., 2016): the target class gets
@@ -242,7 +294,27 @@ impl<M: ClassLogits> ClassificationTask<M> {
         &self,
         batch: ClassificationBatch<M::Input>,
     ) -> Result<ClassificationOutput, ModelError> {
-        self.forward_with(batch, self.label_smoothing)
+        let teacher = batch.teacher_logits.clone();
+        let mut out = self.forward_with(batch, self.label_smoothing)?;
+        let Some(d) = self.distillation else {
+            return Ok(out);
+        };
+        let teacher = teacher.ok_or_else(|| {
+            ModelError::msg(
+                "distillation needs the teacher's logits in every training batch, and this one has none",
+            )
+        })?;
+        if teacher.dims() != out.output.dims() {
+            return Err(ModelError::msg(format!(
+                "the teacher's logits have shape {:?}, but the student's have {:?}",
+                teacher.dims(),
+                out.output.dims()
+            )));
+        }
+        let kd = distillation_kl(out.output.clone(), teacher, d.temperature);
+        let (w, t) = (f64::from(d.weight), f64::from(d.temperature));
+        out.loss = out.loss * (1.0 - w) + kd * (w * t * t);
+        Ok(out)
     }
 
     fn forward_with(
@@ -527,10 +599,7 @@ mod tests {
         let targets =
             Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &test_device());
         let out = task
-            .forward(ClassificationBatch {
-                inputs: ids,
-                targets: targets.clone(),
-            })
+            .forward(ClassificationBatch::new(ids, targets.clone()))
             .unwrap();
         let expected = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
         let loss = f64::from(out.loss.into_scalar::<f32>());
@@ -543,10 +612,7 @@ mod tests {
             || Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 1], [3]), &test_device());
         let targets =
             || Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &test_device());
-        let batch = || ClassificationBatch {
-            inputs: ids(),
-            targets: targets(),
-        };
+        let batch = || ClassificationBatch::new(ids(), targets());
         let alpha = 0.1f32;
         let task = ClassificationTask::new(TableLogits::new())
             .with_label_smoothing(alpha)
@@ -577,19 +643,111 @@ mod tests {
     }
 
     #[test]
+    fn distillation_mixes_the_labels_and_the_teachers_softened_distribution() {
+        let ids =
+            || Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 2, 1], [3]), &test_device());
+        let targets =
+            || Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1, 2], [3]), &test_device());
+        let teacher_rows = [[2.0f32, -1.0, 0.5], [0.0, 1.5, -0.5], [-1.0, 0.0, 3.0]];
+        let teacher = || {
+            Tensor::<2>::from_data(
+                TensorData::new(teacher_rows.concat(), [3, 3]),
+                &test_device(),
+            )
+        };
+        let batch = || ClassificationBatch::new(ids(), targets()).with_teacher_logits(teacher());
+        let (w, tau) = (0.7f32, 2.0f32);
+        let task = ClassificationTask::new(TableLogits::new())
+            .with_distillation(w, tau)
+            .unwrap();
+        // Hand-computed: softmax at temperature tau of the student's row (the table's) and
+        // of the teacher's, then KL(teacher || student).
+        let softmax = |row: &[f64]| {
+            let m = row.iter().copied().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = row
+                .iter()
+                .map(|x| ((x - m) / f64::from(tau)).exp())
+                .collect();
+            let z: f64 = e.iter().sum();
+            e.into_iter().map(|x| x / z).collect::<Vec<f64>>()
+        };
+        let table = TABLE.map(|r| r.map(f64::from));
+        let kl = |input: usize, t: usize| {
+            let p = softmax(&teacher_rows[t].map(f64::from));
+            let q = softmax(&table[input]);
+            p.iter().zip(&q).map(|(p, q)| p * (p / q).ln()).sum::<f64>()
+        };
+        let ce = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
+        let kd = (kl(0, 0) + kl(2, 1) + kl(1, 2)) / 3.0;
+        let (wf, tf) = (f64::from(w), f64::from(tau));
+        let expected = (1.0 - wf) * ce + wf * tf * tf * kd;
+        let train = f64::from(
+            task.train_forward(batch())
+                .unwrap()
+                .loss
+                .into_scalar::<f32>(),
+        );
+        assert!((train - expected).abs() < 1e-5, "{train} vs {expected}");
+        assert!(
+            kd > 1e-2,
+            "the teacher must disagree with the student for the test to mean anything"
+        );
+        // Validation is the plain cross-entropy against the labels.
+        let valid = f64::from(task.forward(batch()).unwrap().loss.into_scalar::<f32>());
+        assert!((valid - ce).abs() < 1e-5, "{valid} vs {ce}");
+        // A teacher that agrees with the student adds nothing.
+        let agreeing =
+            ClassificationBatch::new(ids(), targets()).with_teacher_logits(Tensor::<2>::from_data(
+                TensorData::new(
+                    [0usize, 2, 1]
+                        .iter()
+                        .flat_map(|&i| table[i].iter().map(|&x| x as f32))
+                        .collect::<Vec<f32>>(),
+                    [3, 3],
+                ),
+                &test_device(),
+            ));
+        let same = f64::from(
+            task.train_forward(agreeing)
+                .unwrap()
+                .loss
+                .into_scalar::<f32>(),
+        );
+        assert!((same - (1.0 - wf) * ce).abs() < 1e-5, "{same}");
+        // Errors: a training batch without a teacher, a teacher of another shape, bad settings.
+        let Err(err) = task.train_forward(ClassificationBatch::new(ids(), targets())) else {
+            panic!("a training batch without a teacher was accepted");
+        };
+        assert!(err.to_string().contains("teacher's logits"), "{err}");
+        let narrow = ClassificationBatch::new(ids(), targets())
+            .with_teacher_logits(teacher().narrow(1, 0, 2));
+        let Err(err) = task.train_forward(narrow) else {
+            panic!("a teacher of another shape was accepted");
+        };
+        let err = err.to_string();
+        assert!(err.contains("[3, 2]") && err.contains("[3, 3]"), "{err}");
+        for (w, t, named) in [
+            (0.0f32, 2.0f32, "0"),
+            (1.5, 2.0, "1.5"),
+            (0.5, 0.0, "temperature must be a positive number, got 0"),
+            (0.5, f32::NAN, "NaN"),
+        ] {
+            let err = ClassificationTask::new(TableLogits::new())
+                .with_distillation(w, t)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{err}");
+        }
+    }
+
+    #[test]
     fn a_failed_forward_stops_the_guarded_step_without_panicking() {
         let guard = NanGuard::new(Interrupter::new());
         let task = ClassificationTask::new(TableLogits::new()).guarded(guard.clone());
         let bad = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 5], [2]), &test_device());
         let targets =
             Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, 1], [2]), &test_device());
-        let out = InferenceStep::step(
-            &task,
-            ClassificationBatch {
-                inputs: bad,
-                targets,
-            },
-        );
+        let out = InferenceStep::step(&task, ClassificationBatch::new(bad, targets));
         assert_eq!(out.loss.into_scalar::<f32>(), 0.0);
         assert_eq!(
             guard.failed(),

@@ -38,14 +38,19 @@ impl DigitCnn {
             head: LinearConfig::new(16 * 4 * 4, CLASSES).init(device),
         }
     }
+
+    /// `[B, 1, 8, 8]` images -> `[B, 10]` logits.
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
+        let x = relu(self.conv1.forward(x));
+        let x = self.pool.forward(relu(self.conv2.forward(x)));
+        self.head.forward(x.flatten(1, 3))
+    }
 }
 
 impl ClassLogits for DigitCnn {
     type Input = Tensor<4>;
 
     fn class_logits(&self, x: Tensor<4>) -> Result<Tensor<2>, ModelError> {
-        let x = relu(self.conv1.forward(x));
-        let x = self.pool.forward(relu(self.conv2.forward(x)));
-        Ok(self.head.forward(x.flatten(1, 3)))
+        Ok(self.forward(x))
     }
 }

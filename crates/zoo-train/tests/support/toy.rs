@@ -61,10 +61,10 @@ impl Batcher<BlobItem, ClassificationBatch<Tensor<2>>> for BlobBatcher {
         let dim = items.first().map_or(0, |i| i.x.len());
         let x: Vec<f32> = items.iter().flat_map(|i| i.x.iter().copied()).collect();
         let y: Vec<i64> = items.iter().map(|i| i.y as i64).collect();
-        ClassificationBatch {
-            inputs: Tensor::from_data(TensorData::new(x, [items.len(), dim]), device),
-            targets: Tensor::<1, Int>::from_data(TensorData::new(y, [items.len()]), device),
-        }
+        ClassificationBatch::new(
+            Tensor::from_data(TensorData::new(x, [items.len(), dim]), device),
+            Tensor::<1, Int>::from_data(TensorData::new(y, [items.len()]), device),
+        )
     }
 }
 

@@ -117,6 +117,29 @@ pub fn timed_runs(runs: usize, warmup: bool, mut f: impl FnMut()) -> Vec<Duratio
     times
 }
 
+/// Times a training step that returns its loss: three warm-up steps (the optimiser's
+/// state is created on the first), then `runs` timed ones. Returns the sorted times and
+/// the last loss.
+///
+/// # Errors
+/// A last loss that is not finite, named in the message.
+pub fn timed_training_steps(
+    runs: usize,
+    mut step: impl FnMut() -> f32,
+) -> Result<(Vec<Duration>, f32), String> {
+    let mut last = f32::NAN;
+    let times = {
+        let mut run = || last = step();
+        run();
+        run();
+        timed_runs(runs, true, &mut run)
+    };
+    if !last.is_finite() {
+        return Err(format!("the loss is {last}"));
+    }
+    Ok((times, last))
+}
+
 /// The process's peak resident memory (`VmHWM` of `/proc/self/status`) in MiB, the figure
 /// the PyTorch scripts read as `ru_maxrss`; `None` where the file is missing.
 pub fn peak_rss_mib() -> Option<f64> {

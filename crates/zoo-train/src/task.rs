@@ -550,6 +550,14 @@ mod tests {
         }
     }
 
+    /// The loss of a classification forward that must succeed, in f64.
+    fn loss_of(out: Result<ClassificationOutput, ModelError>) -> f64 {
+        let Ok(out) = out else {
+            panic!("the forward failed");
+        };
+        f64::from(out.loss.into_scalar::<f32>())
+    }
+
     /// -log softmax(TABLE[input])[target], in f64.
     fn nll(input: usize, target: usize) -> f64 {
         let row = TABLE[input].map(f64::from);
@@ -623,16 +631,11 @@ mod tests {
             (1.0 - a) * nll(input, target) + a * (0..3).map(|c| nll(input, c)).sum::<f64>() / 3.0
         };
         let expected = (smoothed(0, 0) + smoothed(2, 1) + smoothed(1, 2)) / 3.0;
-        let train = f64::from(
-            task.train_forward(batch())
-                .unwrap()
-                .loss
-                .into_scalar::<f32>(),
-        );
+        let train = loss_of(task.train_forward(batch()));
         assert!((train - expected).abs() < 1e-5, "{train} vs {expected}");
         let plain = (nll(0, 0) + nll(2, 1) + nll(1, 2)) / 3.0;
         assert!((train - plain).abs() > 1e-2, "smoothing moved nothing");
-        let valid = f64::from(task.forward(batch()).unwrap().loss.into_scalar::<f32>());
+        let valid = loss_of(task.forward(batch()));
         assert!((valid - plain).abs() < 1e-5, "{valid} vs {plain}");
         for bad in [-0.1f32, 1.0, f32::NAN] {
             let err = ClassificationTask::new(TableLogits::new())
@@ -681,19 +684,14 @@ mod tests {
         let kd = (kl(0, 0) + kl(2, 1) + kl(1, 2)) / 3.0;
         let (wf, tf) = (f64::from(w), f64::from(tau));
         let expected = (1.0 - wf) * ce + wf * tf * tf * kd;
-        let train = f64::from(
-            task.train_forward(batch())
-                .unwrap()
-                .loss
-                .into_scalar::<f32>(),
-        );
+        let train = loss_of(task.train_forward(batch()));
         assert!((train - expected).abs() < 1e-5, "{train} vs {expected}");
         assert!(
             kd > 1e-2,
             "the teacher must disagree with the student for the test to mean anything"
         );
         // Validation is the plain cross-entropy against the labels.
-        let valid = f64::from(task.forward(batch()).unwrap().loss.into_scalar::<f32>());
+        let valid = loss_of(task.forward(batch()));
         assert!((valid - ce).abs() < 1e-5, "{valid} vs {ce}");
         // A teacher that agrees with the student adds nothing.
         let agreeing =
@@ -707,12 +705,7 @@ mod tests {
                 ),
                 &test_device(),
             ));
-        let same = f64::from(
-            task.train_forward(agreeing)
-                .unwrap()
-                .loss
-                .into_scalar::<f32>(),
-        );
+        let same = loss_of(task.train_forward(agreeing));
         assert!((same - (1.0 - wf) * ce).abs() < 1e-5, "{same}");
         // Errors: a training batch without a teacher, a teacher of another shape, bad settings.
         let Err(err) = task.train_forward(ClassificationBatch::new(ids(), targets())) else {

@@ -17,7 +17,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
-use zoo_bench::timed_runs;
+use zoo_bench::timed_training_steps;
 use zoo_core::TokenLogits;
 use zoo_encoder::{BertConfig, BertForMaskedLm};
 
@@ -69,8 +69,7 @@ fn main() {
     let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [m]), &ad);
     let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [m]), &ad);
     let loss_fn = CrossEntropyLossConfig::new().init(&ad);
-    let mut last_loss = f32::NAN;
-    let mut step = || {
+    let step = || {
         let logits = match args.head {
             Head::Chosen => {
                 model.token_logits_at(tokens.clone(), Some(padding.clone()), keep.clone())
@@ -83,15 +82,9 @@ fn main() {
         let loss = loss_fn.forward(logits, targets.clone());
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model.clone(), grads);
-        last_loss = loss.into_scalar::<f32>();
+        loss.into_scalar::<f32>()
     };
-    step();
-    step();
-    let times = timed_runs(args.common.runs, true, &mut step);
-    if !last_loss.is_finite() {
-        eprintln!("error: the loss is {last_loss}");
-        std::process::exit(1);
-    }
+    let (times, last_loss) = or_exit(timed_training_steps(args.common.runs, step));
     println!(
         "masked-LM training step, head over {:?} positions ({m} of {n} chosen) on {}: {:.1} ms (median of {}), last loss {last_loss:.3}",
         args.head,

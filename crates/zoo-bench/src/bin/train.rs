@@ -20,7 +20,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
-use zoo_bench::timed_runs;
+use zoo_bench::timed_training_steps;
 
 #[path = "../cli.rs"]
 mod cli;
@@ -75,8 +75,7 @@ fn main() {
     };
     let (inputs, targets) = (rows(0), rows(1));
     let loss_fn = CrossEntropyLossConfig::new().init(&ad);
-    let mut last_loss = f32::NAN;
-    let mut step = || {
+    let step = || {
         let logits = model
             .forward(DecoderInput::new(inputs.clone()))
             .expect("a valid input")
@@ -85,17 +84,9 @@ fn main() {
         let loss = loss_fn.forward(logits, targets.clone().reshape([batch * block]));
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model.clone(), grads);
-        last_loss = loss.into_scalar::<f32>();
+        loss.into_scalar::<f32>()
     };
-    // Two more warm-up steps than the one `timed_runs` takes: the optimiser's state is
-    // created on the first.
-    step();
-    step();
-    let times = timed_runs(args.common.runs, true, &mut step);
-    if !last_loss.is_finite() {
-        eprintln!("error: the loss is {last_loss}");
-        std::process::exit(1);
-    }
+    let (times, last_loss) = or_exit(timed_training_steps(args.common.runs, step));
     println!(
         "{:?} training step ({} parameters, batch {batch} x {block}) on {}: {:.1} ms (median of {}), last loss {last_loss:.3}",
         args.preset,

@@ -182,11 +182,22 @@ fn masked_lm_logits_at_chosen_positions_are_the_full_forward_rows() {
         .iter()
         .flat_map(|(r, c)| full[(r * t + c) * v..(r * t + c + 1) * v].to_vec())
         .collect();
-    let diff = max_abs_diff_slices(&floats(got), &want);
+    let got = floats(got);
+    let diff = max_abs_diff_slices(&got, &want);
     assert!(
         diff <= 1e-5,
         "kept rows differ from the full forward by {diff}"
     );
+    // Negative control: the rows one position later are other rows, far beyond 1e-5.
+    let next: Vec<f32> = chosen
+        .iter()
+        .flat_map(|(r, c)| {
+            let i = r * t + (c + 1) % t;
+            full[i * v..(i + 1) * v].to_vec()
+        })
+        .collect();
+    let off = max_abs_diff_slices(&got, &next);
+    assert!(off > 1e-2, "neighbouring rows differ by only {off}");
     // A mask of another shape is refused, naming both shapes.
     let wrong = Tensor::<2, Bool>::from_data(
         TensorData::new(vec![true; b * (t - 1)], [b, t - 1]),

@@ -10,7 +10,6 @@ use clap::Parser;
 use clap::builder::RangedU64ValueParser;
 use zoo_bench::timed_runs;
 
-#[path = "../cli.rs"]
 mod cli;
 use cli::{print_result, start_or_exit};
 use zoo_encoder::{BertConfig, EncoderInput};

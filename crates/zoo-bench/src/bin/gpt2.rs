@@ -16,7 +16,6 @@ use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use zoo_bench::timed_runs;
 
-#[path = "../cli.rs"]
 mod cli;
 use cli::{or_exit, print_result, start_or_exit};
 use zoo_core::{GenerationConfig, generate};

@@ -21,7 +21,6 @@ use zoo_bench::timed_training_steps;
 use zoo_core::TokenLogits;
 use zoo_encoder::{BertConfig, BertForMaskedLm};
 
-#[path = "../cli.rs"]
 mod cli;
 use cli::{or_exit, print_result, start_or_exit};
 

@@ -18,7 +18,6 @@ use zoo_attention::Mask;
 use zoo_attention::sdpa::{attention_chunked, attention_fused, attention_reference};
 use zoo_bench::{ALLOC, timed_runs};
 
-#[path = "../cli.rs"]
 mod cli;
 use cli::{or_exit, print_result, start_or_exit};
 

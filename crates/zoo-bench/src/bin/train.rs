@@ -22,7 +22,6 @@ use burn::tensor::{Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
 use zoo_bench::timed_training_steps;
 
-#[path = "../cli.rs"]
 mod cli;
 use cli::{or_exit, print_result, start_or_exit};
 use zoo_decoder::{DecoderConfig, DecoderInput};

@@ -223,12 +223,26 @@ impl Mask {
     /// nothing is masked.
     pub fn materialize(&self, shape: [usize; 4], device: &Device) -> Option<Tensor<4, Bool>> {
         let [b, h, tq, tk] = shape;
+        Some(
+            self.materialize_compact(tq, tk, device)?
+                .expand([b, h, tq, tk]),
+        )
+    }
+
+    /// The boolean mask (positional part included) at its own broadcast shape,
+    /// `[B|1, H|1, Tq, Tk]`, or `None` when nothing is masked: [`Mask::materialize`]
+    /// before it is expanded to every batch row and head.
+    pub fn materialize_compact(
+        &self,
+        tq: usize,
+        tk: usize,
+        device: &Device,
+    ) -> Option<Tensor<4, Bool>> {
         let rule = self.rule_tile(0, tq, 0, tk, device);
-        let mask = match (self.masked.clone(), rule) {
+        match (self.masked.clone(), rule) {
             (Some(m), Some(c)) => Some(union(m, c)),
             (m, c) => m.or(c),
-        }?;
-        Some(mask.expand([b, h, tq, tk]))
+        }
     }
 
     /// The bias expanded to `[B, H, Tq, Tk]`, if any.
@@ -277,7 +291,7 @@ fn broadcast_dims(a: [usize; 4], b: [usize; 4]) -> [usize; 4] {
     out
 }
 
-fn union(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
+pub(crate) fn union(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
     let dims = broadcast_dims(a.dims(), b.dims());
     a.expand(dims).bool_or(b.expand(dims))
 }

@@ -128,25 +128,35 @@ pub fn attention_fused(
         && mask.query_offset == 0
         && mask.key_offset == 0
         && tq == tk;
-    let full_mask = mask.materialize(shape, &device);
-    let kernel_mask = if plain_causal {
-        mask.masked.clone().map(|m| m.expand(shape))
+    // Under the plain causal rule alone every query sees its own key: no row can be empty,
+    // and no mask needs building at all.
+    let rows_all_see_a_key = plain_causal && mask.masked.is_none() && mask.bias.is_none();
+    // The mask at its own broadcast shape (`[B|1, H|1, Tq, Tk]`), positional part included.
+    let compact = if rows_all_see_a_key {
+        None
     } else {
-        full_mask.clone()
+        mask.materialize_compact(tq, tk, &device)
     };
-    let options = AttentionModuleOptions {
-        scale: Some(default_scale(d, scale)),
-        softcap: None,
-        is_causal: plain_causal,
+    let mut bias = mask.materialize_bias(shape);
+    let (mut kernel_mask, is_causal) = if plain_causal {
+        (mask.masked.clone().map(|m| m.expand(shape)), true)
+    } else {
+        (compact.clone().map(|m| m.expand(shape)), false)
     };
-    let user_bias = mask.materialize_bias(shape);
-    let mut bias = user_bias.clone();
-    let mut kernel_mask = kernel_mask;
-    if mask_is_inverted_on(&device) {
-        // burn-tch 0.22.1 hands Burn's boolean mask (true = masked) to torch's SDPA, where
-        // true means "may attend" (burn-tch `ops/module.rs`, `attention`). An additive
-        // mask takes its decomposed path instead, which is correct.
-        if let Some(m) = kernel_mask.take() {
+    let mut is_causal = is_causal;
+    if zoo_device::is_libtorch(&device) {
+        // burn-tch 0.22.1 hands Burn's boolean mask (true = masked) straight to torch's
+        // SDPA, where true means "may attend" (burn-tch `ops/module.rs`, `attention`).
+        if !device.is_autodiff() && bias.is_none() {
+            // So the mask goes in inverted. Torch refuses a mask together with its causal
+            // flag: with a mask, the positional rule goes into it.
+            if let Some(m) = compact.clone() {
+                kernel_mask = Some(m.expand(shape).bool_not());
+                is_causal = false;
+            }
+        } else if let Some(m) = kernel_mask.take() {
+            // Given a bias, or under autodiff, which path runs is not this crate's to
+            // choose; an additive mask means the same to all of them.
             let additive = crate::mask::to_additive(m);
             bias = Some(match bias {
                 Some(b) => b + additive,
@@ -154,28 +164,30 @@ pub fn attention_fused(
             });
         }
     }
+    let options = AttentionModuleOptions {
+        scale: Some(default_scale(d, scale)),
+        softcap: None,
+        is_causal,
+    };
     let out = attention(q, k, v, kernel_mask, bias, options);
     // A row with no visible key is zero by definition here; kernels may leave NaN there,
     // whether the boolean mask or a `-inf` bias hid its keys.
-    let hidden = match (full_mask, user_bias) {
-        (Some(m), Some(bias)) => Some(m.bool_or(bias.equal_elem(f32::NEG_INFINITY))),
-        (Some(m), None) => Some(m),
-        (None, Some(bias)) => Some(bias.equal_elem(f32::NEG_INFINITY)),
-        (None, None) => None,
+    if rows_all_see_a_key {
+        return Ok(out);
+    }
+    let bias_hidden = mask.bias.clone().map(|b| b.equal_elem(f32::NEG_INFINITY));
+    let hidden = match (compact, bias_hidden) {
+        (Some(m), Some(b)) => Some(crate::mask::union(m, b)),
+        (m, b) => m.or(b),
     };
     Ok(match hidden {
         Some(hidden) => {
-            let dead = hidden.all_dim(3); // [B, H, Tq, 1]
+            // [B|1, H|1, Tq, 1]: reduced before it is broadcast to every head and batch row.
+            let dead = hidden.all_dim(3);
             out.mask_fill(dead.expand([b, h, tq, dv]), 0.0)
         }
         None => out,
     })
-}
-
-/// Whether this device's fused attention reads boolean masks the other way round (see
-/// [`attention_fused`]).
-fn mask_is_inverted_on(device: &Device) -> bool {
-    zoo_device::is_libtorch(device)
 }
 
 /// Expands grouped KV heads to one per query head: head `h` of the output is KV head
@@ -483,7 +495,18 @@ mod tests {
         tk: usize,
         d: usize,
     ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
-        let dev = test_device();
+        qkv_on(b, h, tq, tk, d, &test_device())
+    }
+
+    fn qkv_on(
+        b: usize,
+        h: usize,
+        tq: usize,
+        tk: usize,
+        d: usize,
+        dev: &Device,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let dev = dev.clone();
         dev.seed(7);
         let n = Distribution::Normal(0.0, 1.0);
         (
@@ -511,19 +534,32 @@ mod tests {
 
     #[test]
     fn fused_equals_reference() {
-        let (q, k, v) = qkv(2, 3, 7, 7, 8);
-        let dev = q.device();
-        let pad = padding_mask_from_lengths(&[7, 4], 7, &dev);
-        for mask in [
-            Mask::none(),
-            Mask::causal(),
-            Mask::none().with_key_padding(pad.clone()),
-            Mask::causal().with_key_padding(pad),
-        ] {
-            let (r, _) =
-                attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None).unwrap();
-            let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None).unwrap();
-            assert_close(&f, &r, 1e-5);
+        // On the plain device and under autodiff, which reach different kernels on libtorch.
+        let plain = test_device();
+        for dev in [plain.clone(), plain.autodiff()] {
+            let (q, k, v) = qkv_on(2, 3, 7, 7, 8, &dev);
+            assert_eq!(q.device().is_autodiff(), dev.is_autodiff());
+            let pad = padding_mask_from_lengths(&[7, 4], 7, &dev);
+            // Row 1 left-padded: under the causal rule its first three queries see no key.
+            let left = padding_mask_from_lengths(&[7, 7], 7, &dev)
+                .slice_assign([1..2, 0..3], Tensor::<2, Bool>::full([1, 3], true, &dev));
+            for mask in [
+                Mask::none(),
+                Mask::causal(),
+                Mask::none().with_key_padding(pad.clone()),
+                Mask::causal().with_key_padding(pad.clone()),
+                Mask::causal().with_key_padding(left),
+            ] {
+                let (r, _) =
+                    attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None)
+                        .unwrap();
+                let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, None).unwrap();
+                assert_close(&f, &r, 1e-5);
+            }
+            // Negative control: the causal output is not the unmasked one.
+            let causal = attention_fused(q.clone(), k.clone(), v.clone(), &Mask::causal(), None);
+            let full = attention_fused(q.clone(), k.clone(), v.clone(), &Mask::none(), None);
+            assert!(max_abs_diff(&causal.unwrap(), &full.unwrap()) > 1e-2);
         }
     }
 

@@ -76,6 +76,27 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     x * sigmoid(z)
 }
 
+/// `layer` applied to the last dimension with every leading dimension folded into the
+/// rows: one `[N, D_in] x [D_in, D_out]` product, `N` the product of the leading sizes.
+///
+/// Burn's `Linear` keeps a `[B, T, D_in]` input batched when `T` fills its tiles, and
+/// libtorch then runs a batched product and a separate bias pass. For GPT-2 small's
+/// `[8, 128, 768] x [768, 2304]` that is 22 ms against 15 ms folded (torch 2.9, 2 threads).
+///
+/// # Shapes
+/// - `x`: `[..., D_in]` -> `[..., D_out]`
+pub fn linear_rows<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
+    if D <= 2 {
+        return layer.forward(x);
+    }
+    let dims = x.dims();
+    let rows = dims[..D - 1].iter().product();
+    let out = layer.forward(x.reshape([rows, dims[D - 1]]));
+    let mut out_dims = dims;
+    out_dims[D - 1] = out.dims()[1];
+    out.reshape(out_dims)
+}
+
 /// `h · weightᵀ` for an output layer tied to an embedding table `weight` `[V, D]`:
 /// `[B, T, D]` -> `[B, T, V]`.
 ///
@@ -210,10 +231,10 @@ impl FeedForward {
     /// A gated activation without its gate projection, or a gate on an ungated one
     /// (a module assembled or loaded by hand).
     pub fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
-        let up = |x| self.up_proj.forward(x);
+        let up = |x| linear_rows(&self.up_proj, x);
         let h = match (self.activation, &self.gate_proj) {
-            (FfnActivation::SwiGlu, Some(gate)) => silu(gate.forward(x.clone())) * up(x),
-            (FfnActivation::GeGlu, Some(gate)) => gelu_tanh(gate.forward(x.clone())) * up(x),
+            (FfnActivation::SwiGlu, Some(gate)) => silu(linear_rows(gate, x.clone())) * up(x),
+            (FfnActivation::GeGlu, Some(gate)) => gelu_tanh(linear_rows(gate, x.clone())) * up(x),
             (act, None) if act.is_gated() => {
                 return Err(AttentionError::Unsupported(format!(
                     "feed-forward activation {act:?} needs its gate projection, which is missing"
@@ -232,7 +253,7 @@ impl FeedForward {
                 unreachable!("gated, handled above")
             }
         };
-        Ok(self.dropout.forward(self.down_proj.forward(h)))
+        Ok(self.dropout.forward(linear_rows(&self.down_proj, h)))
     }
 }
 

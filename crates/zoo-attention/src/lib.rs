@@ -31,7 +31,8 @@ pub mod sdpa;
 
 pub use block::{
     BlockInput, BlockOutput, FeedForward, FeedForwardConfig, FfnActivation, HiddenAct, Norm,
-    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig, gelu_tanh, tied_logits,
+    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig, gelu_tanh, linear_rows,
+    tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use error::{AttentionError, Result};

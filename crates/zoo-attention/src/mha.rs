@@ -9,6 +9,7 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::block::linear_rows;
 use crate::cache::{CrossKvCache, KvCache};
 use crate::error::{AttentionError, Result, check_shape};
 use crate::mask::Mask;
@@ -509,7 +510,7 @@ impl MultiHeadAttention {
         let (q, k, v) = match (&self.qkv_proj, &self.q_proj, &self.k_proj, &self.v_proj) {
             (Some(qkv), ..) if context.is_none() => {
                 let [b, t, _] = x.dims();
-                let all = qkv.forward(x); // [B, T, (H + 2 Hkv) Dh]
+                let all = linear_rows(qkv, x); // [B, T, (H + 2 Hkv) Dh]
                 let q = all.clone().slice([0..b, 0..t, 0..h * hd]);
                 let k = all.clone().slice([0..b, 0..t, h * hd..(h + kv) * hd]);
                 let v = all.slice([0..b, 0..t, (h + kv) * hd..(h + 2 * kv) * hd]);
@@ -517,7 +518,11 @@ impl MultiHeadAttention {
             }
             (None, Some(qp), Some(kp), Some(vp)) => {
                 let src = context.unwrap_or_else(|| x.clone());
-                (qp.forward(x), kp.forward(src.clone()), vp.forward(src))
+                (
+                    linear_rows(qp, x),
+                    linear_rows(kp, src.clone()),
+                    linear_rows(vp, src),
+                )
             }
             _ => {
                 return Err(AttentionError::Unsupported(
@@ -621,7 +626,7 @@ impl MultiHeadAttention {
         // [B, H, T, Dh] -> [B, T, H, Dh] -> [B, T, H Dh]
         let merged = out.swap_dims(1, 2).reshape([b, t, h * hd]);
         AttentionOutput {
-            context: self.o_proj.forward(merged),
+            context: linear_rows(&self.o_proj, merged),
             weights,
         }
     }
@@ -804,8 +809,8 @@ impl MultiHeadAttention {
         };
         let (kv, hd) = (self.n_kv_heads, self.head_dim);
         Ok(CrossKvCache {
-            k: Self::split_heads(kp.forward(context.clone()), kv, hd),
-            v: Self::split_heads(vp.forward(context), kv, hd),
+            k: Self::split_heads(linear_rows(kp, context.clone()), kv, hd),
+            v: Self::split_heads(linear_rows(vp, context), kv, hd),
         })
     }
 
@@ -840,7 +845,9 @@ impl MultiHeadAttention {
             mask = mask.with_key_padding(pad);
         }
         let q = match (&self.q_proj, &self.qkv_proj) {
-            (Some(qp), None) => Self::split_heads(qp.forward(input.x), self.n_heads, self.head_dim),
+            (Some(qp), None) => {
+                Self::split_heads(linear_rows(qp, input.x), self.n_heads, self.head_dim)
+            }
             _ => {
                 return Err(AttentionError::Unsupported(
                     "a fused-QKV layer cannot do cross-attention".into(),

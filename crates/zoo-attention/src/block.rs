@@ -253,7 +253,7 @@ impl FeedForward {
                 unreachable!("gated, handled above")
             }
         };
-        Ok(self.dropout.forward(linear_rows(&self.down_proj, h)))
+        Ok(crate::dropout(&self.dropout, linear_rows(&self.down_proj, h)))
     }
 }
 
@@ -567,11 +567,12 @@ impl TransformerBlock {
         // Self-attention sub-layer.
         let (mut x, self_weights) = if pre {
             let out = self_attn(self.norm_1.forward(x.clone()))?;
-            (x + self.dropout.forward(out.context), out.weights)
+            (x + crate::dropout(&self.dropout, out.context), out.weights)
         } else {
             let out = self_attn(x.clone())?;
             (
-                self.norm_1.forward(x + self.dropout.forward(out.context)),
+                self.norm_1
+                    .forward(x + crate::dropout(&self.dropout, out.context)),
                 out.weights,
             )
         };
@@ -602,9 +603,9 @@ impl TransformerBlock {
                 };
                 cross_weights = out.weights;
                 x = if pre {
-                    x + self.dropout.forward(out.context)
+                    x + crate::dropout(&self.dropout, out.context)
                 } else {
-                    norm.forward(x + self.dropout.forward(out.context))
+                    norm.forward(x + crate::dropout(&self.dropout, out.context))
                 };
             }
             (Some(_), _, None) => {
@@ -627,7 +628,7 @@ impl TransformerBlock {
                     .forward(self.mlp.forward(self.norm_2.forward(x))?)
         } else {
             self.norm_2
-                .forward(x.clone() + self.dropout.forward(self.mlp.forward(x)?))
+                .forward(x.clone() + crate::dropout(&self.dropout, self.mlp.forward(x)?))
         };
         Ok(BlockOutput {
             hidden,

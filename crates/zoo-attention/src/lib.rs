@@ -23,6 +23,7 @@
 
 pub mod block;
 pub mod cache;
+mod dropout;
 mod error;
 pub mod mask;
 pub mod mha;
@@ -35,6 +36,7 @@ pub use block::{
     tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
+pub use dropout::dropout;
 pub use error::{AttentionError, Result};
 pub use mask::{Mask, Visibility};
 pub use mha::{

@@ -93,7 +93,7 @@ pub fn attention_reference(
     }
     let weights = safe_softmax(scores);
     let dropped = match dropout {
-        Some(dropout) => dropout.forward(weights.clone()),
+        Some(dropout) => crate::dropout(dropout, weights.clone()),
         None => weights.clone(),
     };
     Ok((dropped.matmul(v), weights))

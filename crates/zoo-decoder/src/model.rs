@@ -268,7 +268,7 @@ impl DecoderLm {
                 None => x + wpe.forward(t, offset, &device)?,
             };
         }
-        Ok(self.drop.forward(x))
+        Ok(zoo_attention::dropout(&self.drop, x))
     }
 
     /// The LM head: the tied embedding's transpose, or the untied projection.

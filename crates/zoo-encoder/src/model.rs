@@ -79,7 +79,7 @@ impl BertLayer {
         let out = self.attention.forward(input)?;
         let h = self
             .attention_norm
-            .forward(x + self.dropout.forward(out.context));
+            .forward(x + zoo_attention::dropout(&self.dropout, out.context));
         let f = self.mlp.forward(h.clone())?;
         Ok((self.output_norm.forward(h + f), out.weights))
     }
@@ -353,7 +353,7 @@ impl BertModel {
         let x = e.word_embeddings.forward(input.tokens)
             + e.position_embeddings.forward(positions)
             + e.token_type_embeddings.forward(types);
-        let mut h = e.dropout.forward(e.layer_norm.forward(x));
+        let mut h = zoo_attention::dropout(&e.dropout, e.layer_norm.forward(x));
         let mut attentions = Vec::new();
         for layer in &self.layers {
             let (next, weights) =
@@ -556,7 +556,9 @@ impl BertForSequenceClassification {
             .forward(input)?
             .pooled
             .ok_or_else(|| EncoderError::Input("the encoder has no pooler".into()))?;
-        Ok(self.classifier.forward(self.dropout.forward(pooled)))
+        Ok(self
+            .classifier
+            .forward(zoo_attention::dropout(&self.dropout, pooled)))
     }
 }
 
@@ -600,7 +602,9 @@ impl BertForTokenClassification {
     /// As [`BertModel::forward`].
     pub fn forward(&self, input: EncoderInput) -> Result<Tensor<3>> {
         let h = self.bert.forward(input)?.hidden;
-        Ok(self.classifier.forward(self.dropout.forward(h)))
+        Ok(self
+            .classifier
+            .forward(zoo_attention::dropout(&self.dropout, h)))
     }
 }
 

@@ -258,7 +258,7 @@ impl ViTModel {
         let patches = e.patch_embeddings.forward(pixels); // [B, N, D]
         let cls = e.cls_token.val().expand([b, 1, d]); // [B, 1, D]
         let x = Tensor::cat(vec![cls, patches], 1) + self.positions(h / p, w / p);
-        Ok(e.dropout.forward(x))
+        Ok(zoo_attention::dropout(&e.dropout, x))
     }
 
     /// # Shapes

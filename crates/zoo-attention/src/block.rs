@@ -253,7 +253,10 @@ impl FeedForward {
                 unreachable!("gated, handled above")
             }
         };
-        Ok(crate::dropout(&self.dropout, linear_rows(&self.down_proj, h)))
+        Ok(crate::dropout(
+            &self.dropout,
+            linear_rows(&self.down_proj, h),
+        ))
     }
 }
 

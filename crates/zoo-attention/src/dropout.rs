@@ -4,7 +4,7 @@
 //! backends samples one element at a time through a ChaCha generator and a distribution
 //! object: in a profile of `bert-mlm`'s training step (width 128, dropout 0.1) that was
 //! about 15% of the step. [`dropout`] keeps Burn's module (its probability and training
-//! flag, so checkpoints and module trees do not change) and, on a host device, fills the
+//! flag, so checkpoints and module trees do not change) and, on flex and ndarray, fills the
 //! mask from a SplitMix64 stream seeded from the device's own generator, so
 //! `device.seed(..)` still fixes every mask. The mask already carries the `1 / keep`
 //! scale, so applying it is one multiplication. On the other devices (libtorch, whose
@@ -12,6 +12,7 @@
 
 use burn::nn::Dropout;
 use burn::tensor::{Distribution, Tensor, TensorData};
+use zoo_device::BackendName;
 
 /// Applies `module` to `x`: in training mode on an autodiff device, zeroes each element
 /// with probability `module.prob` and scales the rest by `1 / (1 - prob)`; otherwise
@@ -22,7 +23,10 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
         return x;
     }
     // libtorch draws its masks with its own vectorised kernels; GPUs draw on the device.
-    if !zoo_device::is_host(&device) || zoo_device::is_libtorch(&device) {
+    if !matches!(
+        BackendName::of(&device),
+        Some(BackendName::Flex | BackendName::NdArray)
+    ) {
         return module.forward(x);
     }
     let shape = x.shape();
@@ -30,12 +34,13 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
 }
 
-/// A 64-bit seed drawn from the device's generator (two uniform draws of 32 bits each).
+/// A seed drawn from the device's generator: two uniform draws, each scaled to 32 bits
+/// (an `f32` draw carries about 24 of them).
 fn seed_from(device: &burn::tensor::Device) -> u64 {
     let draws = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device)
         .into_data()
         .convert::<f32>()
-        .into_vec::<f32>()
+        .try_into_vec::<f32>()
         .unwrap_or_default();
     let bits =
         |i: usize| (f64::from(draws.get(i).copied().unwrap_or(0.5)) * 4_294_967_296.0) as u64;

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use zoo_examples::names::{NamesSettings, novelty, sample, train};
-use zoo_examples::{Error, device_or_exit, load_model, or_exit_on_earlier_run, save_model};
+use zoo_examples::{
+    Error, device_or_exit, exit_on_error, load_model, or_exit_on_earlier_run, save_model,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "Train a character-level GPT on first names and sample new ones")]
@@ -48,8 +50,11 @@ struct Args {
     overwrite: bool,
 }
 
-fn main() -> Result<(), Error> {
-    let args = Args::parse();
+fn main() {
+    exit_on_error(run(Args::parse()));
+}
+
+fn run(args: Args) -> Result<(), Error> {
     let device = device_or_exit(&args.device);
     if args.sample_only {
         let dir = args

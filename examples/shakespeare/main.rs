@@ -16,7 +16,7 @@ use clap::{Parser, ValueEnum};
 use zoo_core::{GenerationConfig, generate};
 use zoo_data::{CausalLmBatcher, CharVocab};
 use zoo_decoder::DecoderConfig;
-use zoo_examples::{Error, device_or_exit, mean_nll, or_exit_on_earlier_run};
+use zoo_examples::{Error, device_or_exit, exit_on_error, mean_nll, or_exit_on_earlier_run};
 use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -64,8 +64,11 @@ const BLOCK: usize = 64;
 const BATCH: usize = 12;
 const VALID_WINDOWS: usize = 600;
 
-fn main() -> Result<(), Error> {
-    let args = Args::parse();
+fn main() {
+    exit_on_error(run(Args::parse()));
+}
+
+fn run(args: Args) -> Result<(), Error> {
     let device = device_or_exit(&args.device);
     let path = zoo_data::datasets_dir().join("shakespeare/tiny.txt");
     let (train_text, val_text) = zoo_data::text::load_split(&path, 0.1)?;

@@ -18,9 +18,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
-from common import print_result, start, timed_runs
+from common import char_model, print_result, start, timed_runs
 
 VOCAB = 65
 
@@ -30,23 +28,8 @@ p.add_argument("--runs", type=int, default=5)
 p.add_argument("--threads", type=int, default=2)
 a = p.parse_args()
 start(a.threads)
-if a.preset == "char":
-    batch, block = 64, 16
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=block, n_embd=64, n_layer=4, n_head=4,
-                     activation_function="gelu", resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)
-    model = GPT2LMHeadModel(cfg)
-elif a.preset == "gpt2":
-    batch, block = 12, 64
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=block, n_embd=128, n_layer=4, n_head=4,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = GPT2LMHeadModel(cfg)
-else:
-    batch, block = 12, 64
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=341,
-                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=block, rms_norm_eps=1e-6,
-                      tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
-    model = LlamaForCausalLM(cfg)
+batch, block = (64, 16) if a.preset == "char" else (12, 64)
+model = char_model(a.preset, VOCAB, block)
 model.train()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 # The zoo program's ids: (i * 7919 + 13) % 65, rows of block + 1.

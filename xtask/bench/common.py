@@ -2,11 +2,14 @@
 `cargo xtask bench` reads (the same fields the zoo's bench programs print)."""
 
 import json
+import math
 import resource
 import statistics
 import time
 
 import torch
+import torch.nn.functional as F
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 
 def start(threads):
@@ -52,8 +55,6 @@ def char_model(preset, vocab, block):
     - "gpt2" / "llama": the Shakespeare configuration, 4 layers, 4 heads, width 128, no
       dropout (Llama: SwiGLU of 341, 2 KV heads, RMSNorm 1e-6, untied head, no biases).
     """
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
     if preset == "char":
         cfg = GPT2Config(vocab_size=vocab, n_positions=block, n_embd=64, n_layer=4, n_head=4,
                          activation_function="gelu", resid_pdrop=0.1, embd_pdrop=0.1,
@@ -76,8 +77,6 @@ def warmup_cosine(peak, low, warmup, total):
     """The zoo learner's schedule (`zoo_train::schedule::WarmupCosine`) as a function of
     the optimiser step s, counted from 1: linear warmup to `peak`, then a half cosine down
     to `low` at `total`, and `low` after it."""
-    import math
-
     def lr(s):
         if 0 < warmup and s <= warmup:
             return peak * s / warmup
@@ -93,8 +92,6 @@ def train_step(model, opt, lr, inputs, targets, clip=1.0):
     """One AdamW step with the zoo learner's settings: cross-entropy over the targets that
     are not -100, the gradient clipped to norm `clip`, the learning rate set first.
     Returns the loss."""
-    import torch.nn.functional as F
-
     for group in opt.param_groups:
         group["lr"] = lr
     logits = model(input_ids=inputs).logits

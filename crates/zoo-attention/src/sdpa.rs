@@ -137,33 +137,33 @@ pub fn attention_fused(
     } else {
         mask.materialize_compact(tq, tk, &device)
     };
-    let mut bias = mask.materialize_bias(shape);
-    let (mut kernel_mask, is_causal) = if plain_causal {
+    let bias = mask.materialize_bias(shape);
+    // Burn's boolean mask (true = masked) and, under the plain causal rule, the kernels' flag.
+    let (burn_mask, is_causal) = if plain_causal {
         (mask.masked.clone().map(|m| m.expand(shape)), true)
     } else {
         (compact.clone().map(|m| m.expand(shape)), false)
     };
-    let mut is_causal = is_causal;
-    if zoo_device::is_libtorch(&device) {
-        // burn-tch 0.22.1 hands Burn's boolean mask (true = masked) straight to torch's
-        // SDPA, where true means "may attend" (burn-tch `ops/module.rs`, `attention`).
-        if !device.is_autodiff() && bias.is_none() {
-            // So the mask goes in inverted. Torch refuses a mask together with its causal
-            // flag: with a mask, the positional rule goes into it.
-            if let Some(m) = compact.clone() {
-                kernel_mask = Some(m.expand(shape).bool_not());
-                is_causal = false;
-            }
-        } else if let Some(m) = kernel_mask.take() {
-            // Given a bias, or under autodiff, which path runs is not this crate's to
-            // choose; an additive mask means the same to all of them.
-            let additive = crate::mask::to_additive(m);
-            bias = Some(match bias {
-                Some(b) => b + additive,
-                None => additive,
-            });
+    // burn-tch 0.22.1 hands Burn's boolean mask straight to torch's SDPA, where true means
+    // "may attend" (burn-tch `ops/module.rs`, `attention`).
+    let (kernel_mask, bias, is_causal) = if !zoo_device::is_libtorch(&device) {
+        (burn_mask, bias, is_causal)
+    } else if !device.is_autodiff() && bias.is_none() {
+        // So the mask goes in inverted. Torch refuses a mask together with its causal flag:
+        // with a mask, the positional rule goes into it.
+        match &compact {
+            Some(m) => (Some(m.clone().expand(shape).bool_not()), None, false),
+            None => (None, None, is_causal),
         }
-    }
+    } else {
+        // Given a bias, or under autodiff, Burn decomposes the op; an additive mask means
+        // the same to every path.
+        let bias = match (bias, burn_mask.map(crate::mask::to_additive)) {
+            (Some(b), Some(a)) => Some(b + a),
+            (b, a) => b.or(a),
+        };
+        (None, bias, is_causal)
+    };
     let options = AttentionModuleOptions {
         scale: Some(default_scale(d, scale)),
         softcap: None,

@@ -496,6 +496,62 @@ fn parse_test_result(line: &str) -> Option<TestCounts> {
     Some(counts)
 }
 
+/// The most lines of one failed test's output that the summary repeats.
+const FAILURE_LINES: usize = 30;
+
+/// Collects, from libtest's output, the names of failed tests and what each printed (the
+/// `---- name stdout ----` sections), so the summary at the very end of a long run says
+/// which tests failed and why, where a log cut to its tail still shows it.
+#[derive(Debug, Default)]
+struct FailureLog {
+    /// Each failed test's name with the first lines of its output.
+    failures: Vec<(String, Vec<String>)>,
+    /// The test whose output section is being read, by index into `failures`.
+    reading: Option<usize>,
+}
+
+impl FailureLog {
+    fn entry(&mut self, name: &str) -> usize {
+        match self.failures.iter().position(|(known, _)| known == name) {
+            Some(index) => index,
+            None => {
+                self.failures.push((name.to_string(), Vec::new()));
+                self.failures.len() - 1
+            }
+        }
+    }
+
+    /// Reads one line of libtest's stdout.
+    fn read(&mut self, line: &str) {
+        let line = line.trim_end_matches(['\n', '\r']);
+        if let Some(name) = line
+            .strip_prefix("---- ")
+            .and_then(|rest| rest.strip_suffix(" stdout ----"))
+        {
+            self.reading = Some(self.entry(name));
+            return;
+        }
+        if let Some(name) = line
+            .strip_prefix("test ")
+            .and_then(|rest| rest.strip_suffix(" ... FAILED"))
+        {
+            self.entry(name);
+            self.reading = None;
+            return;
+        }
+        if line == "failures:" || line.starts_with("test result:") || line.starts_with("running ") {
+            self.reading = None;
+            return;
+        }
+        if let Some(index) = self.reading {
+            let lines = &mut self.failures[index].1;
+            if lines.len() < FAILURE_LINES && !(lines.is_empty() && line.trim().is_empty()) {
+                lines.push(line.to_string());
+            }
+        }
+    }
+}
+
 /// What one backend's test run amounted to, as reported in the summary.
 #[derive(Debug, Default)]
 struct BackendReport {
@@ -504,6 +560,8 @@ struct BackendReport {
     skipped: u64,
     /// Test names from the skip log (`name<TAB>reason` lines).
     skipped_names: Vec<String>,
+    /// Failed tests with the start of their output.
+    failures: Vec<(String, Vec<String>)>,
 }
 
 /// Turns libtest counts, the cargo exit status and the skip log into a report. Tests
@@ -527,6 +585,7 @@ fn make_report(counts: TestCounts, cargo_ok: bool, skip_log: &str) -> BackendRep
             .iter()
             .map(|line| line.split('\t').next().unwrap_or(line).trim().to_string())
             .collect(),
+        failures: Vec::new(),
     }
 }
 
@@ -561,6 +620,7 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
         .map_err(|err| format!("cannot start cargo: {err}"))?;
 
     let mut counts = TestCounts::default();
+    let mut failures = FailureLog::default();
     if let Some(stdout) = child.stdout.take() {
         let mut reader = BufReader::new(stdout);
         let mut buffer = Vec::new();
@@ -578,6 +638,7 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
             if let Some(found) = parse_test_result(&line) {
                 counts.add(found);
             }
+            failures.read(&line);
         }
     }
     let status = child
@@ -586,7 +647,9 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
 
     let log = fs::read_to_string(&skip_log).unwrap_or_default();
     let _ = fs::remove_file(&skip_log);
-    Ok(make_report(counts, status.success(), &log))
+    let mut report = make_report(counts, status.success(), &log);
+    report.failures = failures.failures;
+    Ok(report)
 }
 
 /// Prints a step header and, when it ends, its duration and outcome.
@@ -793,6 +856,14 @@ fn summarize(reports: &[(&str, BackendReport)]) -> bool {
             println!("skipped on {name}:");
             for test in &report.skipped_names {
                 println!("  {test}");
+            }
+        }
+    }
+    for (name, report) in reports {
+        for (test, lines) in &report.failures {
+            println!("failed on {name}: {test}");
+            for line in lines {
+                println!("    {line}");
             }
         }
     }
@@ -1121,6 +1192,46 @@ mod tests {
     fn failed_build_counts_as_one_failure() {
         let report = make_report(TestCounts::default(), false, "");
         assert_eq!(report.failed, 1);
+    }
+
+    #[test]
+    fn failed_tests_are_named_with_their_output() {
+        let mut log = FailureLog::default();
+        for line in [
+            "running 3 tests\n",
+            "test a::passes ... ok\n",
+            "test a::breaks ... FAILED\n",
+            "test a::panics ... FAILED\n",
+            "\n",
+            "failures:\n",
+            "\n",
+            "---- a::breaks stdout ----\n",
+            "\n",
+            "thread 'a::breaks' panicked at src/a.rs:3:5:\n",
+            "max difference 0.02 over 1e-4\n",
+            "\n",
+            "---- a::panics stdout ----\n",
+            "boom\n",
+            "\n",
+            "failures:\n",
+            "    a::breaks\n",
+            "    a::panics\n",
+            "\n",
+            "test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out\n",
+        ] {
+            log.read(line);
+        }
+        let names: Vec<&str> = log.failures.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a::breaks", "a::panics"]);
+        assert_eq!(
+            log.failures[0].1,
+            [
+                "thread 'a::breaks' panicked at src/a.rs:3:5:",
+                "max difference 0.02 over 1e-4",
+                ""
+            ]
+        );
+        assert_eq!(log.failures[1].1, ["boom", ""]);
     }
 
     #[test]

@@ -249,7 +249,66 @@ pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, Devi
     }
     let device = construct(backend, index)?;
     probe_once(backend, index, || probe(backend, &device))?;
+    if matches!(backend, BackendName::Wgpu | BackendName::Cuda) {
+        finish_work_at_exit(&device);
+    }
     Ok(device)
+}
+
+/// The CubeCL devices handed out so far, whose queued work [`finish_queued_work`] waits for.
+static QUEUED_AT_EXIT: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+
+/// Makes the process wait, as it exits, for the work still queued on `device`.
+///
+/// A CubeCL device runs its kernels on its own threads, so a program can return from
+/// `main` (or a test binary finish its last test) while kernels are still being compiled
+/// and run. The process then tears down its shared libraries under those threads: on
+/// Mesa's lavapipe, LLVM's global state is destroyed while a worker still compiles a
+/// shader with it, and the process dies with SIGSEGV or SIGABRT after its work succeeded.
+/// An exit handler registered after the device's driver was loaded runs before that
+/// driver's own destructors (exit handlers run in the reverse order of registration), so
+/// it can wait for the queues there.
+fn finish_work_at_exit(device: &Device) {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    {
+        let mut devices = QUEUED_AT_EXIT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !devices.contains(device) {
+            devices.push(device.clone());
+        }
+    }
+    REGISTERED.call_once(register_exit_handler);
+}
+
+#[cfg(unix)]
+fn register_exit_handler() {
+    extern "C" fn at_exit() {
+        finish_queued_work();
+    }
+    // SAFETY: `atexit` only records the pointer of a function that takes no arguments and
+    // never unwinds (`finish_queued_work` catches every panic).
+    #[allow(unsafe_code)]
+    let status = unsafe { libc::atexit(at_exit) };
+    if status != 0 {
+        log::warn!("could not register the exit handler that waits for queued GPU work");
+    }
+}
+
+#[cfg(not(unix))]
+fn register_exit_handler() {}
+
+/// Waits for the work queued on every CubeCL device handed out so far. Errors and panics
+/// are swallowed: the process is exiting, and what failed was already reported, or will
+/// not matter to anyone.
+fn finish_queued_work() {
+    let devices = QUEUED_AT_EXIT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    for device in devices {
+        let _ = std::panic::catch_unwind(move || device.sync());
+    }
 }
 
 /// Parses a name as typed after `--device`, optionally with a device index

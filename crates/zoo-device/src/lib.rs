@@ -572,6 +572,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cubecl_devices_and_only_they_are_waited_for_at_exit() {
+        let device = test_device();
+        let listed = QUEUED_AT_EXIT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&device);
+        let cubecl = matches!(test_backend(), BackendName::Wgpu | BackendName::Cuda);
+        assert_eq!(listed, cubecl, "{device:?}");
+        // Waiting is harmless while the process still runs, and leaves the device usable.
+        finish_queued_work();
+        let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
+        assert_eq!(x.sum().into_scalar::<f32>(), 3.0);
+    }
+
+    #[test]
     fn names_round_trip() {
         for b in ALL_BACKENDS {
             assert_eq!(b.as_str().parse::<BackendName>(), Ok(b));

@@ -552,6 +552,44 @@ impl FailureLog {
     }
 }
 
+/// Reads cargo's stderr for test processes that did not exit successfully for another
+/// reason than failing tests (libtest exits with 101 then, and `FailureLog` names them):
+/// a signal, or another exit status.
+#[derive(Debug, Default)]
+struct CrashLog {
+    /// The target of the last `error: test failed, to rerun pass `...`` line.
+    target: Option<String>,
+    /// Each such process: the target, and cargo's reason.
+    crashes: Vec<(String, Vec<String>)>,
+}
+
+impl CrashLog {
+    fn read(&mut self, line: &str) {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("error: test failed, to rerun pass `") {
+            self.target = Some(rest.trim_end_matches('`').to_string());
+            return;
+        }
+        if !line.starts_with("process didn't exit successfully:") {
+            return;
+        }
+        let reason = line
+            .rfind(" (")
+            .map_or(line, |at| line[at + 2..].trim_end_matches(')'));
+        if reason == "exit status: 101" {
+            return;
+        }
+        let target = self
+            .target
+            .take()
+            .unwrap_or_else(|| "a test process".to_string());
+        self.crashes.push((
+            format!("{target} (the test process)"),
+            vec![reason.to_string()],
+        ));
+    }
+}
+
 /// What one backend's test run amounted to, as reported in the summary.
 #[derive(Debug, Default)]
 struct BackendReport {
@@ -609,7 +647,7 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
         .env("ZOO_TEST_DEVICE", backend)
         .env("ZOO_SKIP_LOG", &skip_log)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::piped());
     println!(
         "+ ZOO_TEST_DEVICE={backend} ZOO_SKIP_LOG={} {}",
         skip_log.display(),
@@ -619,6 +657,26 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
         .spawn()
         .map_err(|err| format!("cannot start cargo: {err}"))?;
 
+    // cargo's stderr is echoed as it comes, on a thread of its own, and read for test
+    // processes that died without a failing test (a crash after the last test passed).
+    let crashes = child.stderr.take().map(|stderr| {
+        std::thread::spawn(move || {
+            let mut crashes = CrashLog::default();
+            let mut reader = BufReader::new(stderr);
+            let mut buffer = Vec::new();
+            while let Ok(n) = reader.read_until(b'\n', &mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                let line = String::from_utf8_lossy(&buffer);
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(line.as_bytes()).and_then(|()| err.flush());
+                crashes.read(&line);
+                buffer.clear();
+            }
+            crashes.crashes
+        })
+    });
     let mut counts = TestCounts::default();
     let mut failures = FailureLog::default();
     if let Some(stdout) = child.stdout.take() {
@@ -649,6 +707,9 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
     let _ = fs::remove_file(&skip_log);
     let mut report = make_report(counts, status.success(), &log);
     report.failures = failures.failures;
+    if let Some(crashes) = crashes.and_then(|thread| thread.join().ok()) {
+        report.failures.extend(crashes);
+    }
     Ok(report)
 }
 
@@ -1232,6 +1293,29 @@ mod tests {
             ]
         );
         assert_eq!(log.failures[1].1, ["boom", ""]);
+    }
+
+    #[test]
+    fn crashed_test_processes_are_named_and_failing_tests_are_left_to_the_failure_log() {
+        let mut log = CrashLog::default();
+        for line in [
+            "error: test failed, to rerun pass `-p zoo-examples --test debugging_labs`\n",
+            "\n",
+            "Caused by:\n",
+            "  process didn't exit successfully: `/t/debugging_labs-1 --skip learning_` (signal: 11, SIGSEGV: invalid memory reference)\n",
+            "error: test failed, to rerun pass `-p zoo-core --lib`\n",
+            "Caused by:\n",
+            "  process didn't exit successfully: `/t/zoo_core-2` (exit status: 101)\n",
+        ] {
+            log.read(line);
+        }
+        assert_eq!(
+            log.crashes,
+            [(
+                "-p zoo-examples --test debugging_labs (the test process)".to_string(),
+                vec!["signal: 11, SIGSEGV: invalid memory reference".to_string()]
+            )]
+        );
     }
 
     #[test]

@@ -641,8 +641,13 @@ fn fresh_skip_log(backend: &str) -> Result<PathBuf> {
 /// Runs `cargo <args>` on one backend: its stdout is echoed line by line as it comes
 /// (stderr goes straight to the terminal) and the libtest summary lines are summed.
 fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<BackendReport> {
+    run_test_command(cargo_env.cargo(args), backend, true)
+}
+
+/// [`run_tests`] for any command that prints as `cargo test` does; `echo` passes its
+/// output on to ours.
+fn run_test_command(mut command: Command, backend: &str, echo: bool) -> Result<BackendReport> {
     let skip_log = fresh_skip_log(backend)?;
-    let mut command = cargo_env.cargo(args);
     command
         .env("ZOO_TEST_DEVICE", backend)
         .env("ZOO_SKIP_LOG", &skip_log)
@@ -669,8 +674,10 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
                     break;
                 }
                 let line = String::from_utf8_lossy(&buffer);
-                let mut err = std::io::stderr().lock();
-                let _ = err.write_all(line.as_bytes()).and_then(|()| err.flush());
+                if echo {
+                    let mut err = std::io::stderr().lock();
+                    let _ = err.write_all(line.as_bytes()).and_then(|()| err.flush());
+                }
                 crashes.read(&line);
                 buffer.clear();
             }
@@ -690,9 +697,11 @@ fn run_tests(cargo_env: &CargoEnv, backend: &str, args: &[&str]) -> Result<Backe
                 Err(err) => return Err(format!("reading cargo's output: {err}")),
             }
             let line = String::from_utf8_lossy(&buffer);
-            let mut out = std::io::stdout().lock();
-            // Echo failures (a closed terminal) must not stop the test run itself.
-            let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
+            if echo {
+                let mut out = std::io::stdout().lock();
+                // Echo failures (a closed terminal) must not stop the test run itself.
+                let _ = out.write_all(line.as_bytes()).and_then(|()| out.flush());
+            }
             if let Some(found) = parse_test_result(&line) {
                 counts.add(found);
             }
@@ -1315,6 +1324,38 @@ mod tests {
                 "-p zoo-examples --test debugging_labs (the test process)".to_string(),
                 vec!["signal: 11, SIGSEGV: invalid memory reference".to_string()]
             )]
+        );
+    }
+
+    #[test]
+    fn a_run_reports_counts_failures_and_crashes_from_both_streams() {
+        let script = r#"
+            echo 'running 2 tests'
+            echo 'test a::ok ... ok'
+            echo 'test a::bad ... FAILED'
+            echo '---- a::bad stdout ----'
+            echo 'values differ'
+            echo 'failures:'
+            echo 'test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out'
+            echo 'running 1 test'
+            echo 'test b::ok ... ok'
+            echo 'test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out'
+            echo 'error: test failed, to rerun pass `-p b --lib`' >&2
+            echo "  process didn't exit successfully: \`/t/b\` (signal: 6, SIGABRT: process abort signal)" >&2
+            exit 101
+        "#;
+        let mut command = Command::new("sh");
+        command.args(["-c", script]);
+        // Not echoed: a `test result` line on this test's stdout would be counted by the
+        // run that runs this test.
+        let report = run_test_command(command, "flex", false).unwrap();
+        assert_eq!((report.passed, report.failed, report.skipped), (2, 1, 0));
+        let names: Vec<&str> = report.failures.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a::bad", "-p b --lib (the test process)"]);
+        assert_eq!(report.failures[0].1, ["values differ"]);
+        assert_eq!(
+            report.failures[1].1,
+            ["signal: 6, SIGABRT: process abort signal"]
         );
     }
 

@@ -9,6 +9,9 @@
 //! not compiled in, or that finds no device, is a [`DeviceError`] whose message names the
 //! feature to enable.
 //!
+//! A wgpu or CUDA device handed out here is also waited for when the process exits, so
+//! that kernels still queued when `main` returns finish before the GPU driver unloads.
+//!
 //! ```
 //! use zoo_device::{BackendName, select};
 //! let device = select(BackendName::Flex)?;

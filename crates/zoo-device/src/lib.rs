@@ -287,6 +287,8 @@ fn finish_work_at_exit(device: &Device) {
 #[cfg(unix)]
 fn register_exit_handler() {
     extern "C" fn at_exit() {
+        // Nothing may print from here: a program's last line must stay its last line.
+        std::panic::set_hook(Box::new(|_| {}));
         finish_queued_work();
     }
     // SAFETY: `atexit` only records the pointer of a function that takes no arguments and
@@ -301,18 +303,36 @@ fn register_exit_handler() {
 #[cfg(not(unix))]
 fn register_exit_handler() {}
 
-/// Waits for the work queued on every CubeCL device handed out so far. Errors and panics
-/// are swallowed: the process is exiting, and what failed was already reported, or will
-/// not matter to anyone.
+/// Waits for the work queued on every CubeCL device handed out so far, for at most
+/// [`EXIT_WAIT`]. It runs on a thread of its own: by the time exit handlers run, the
+/// exiting thread's thread-locals are destroyed, and CubeCL's `sync` needs one (its
+/// `block_on`). Errors are swallowed and panics silenced: the process is exiting, and what
+/// failed was already reported, or will not matter to anyone.
 fn finish_queued_work() {
     let devices = QUEUED_AT_EXIT
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    for device in devices {
-        let _ = std::panic::catch_unwind(move || device.sync());
+    if devices.is_empty() {
+        return;
+    }
+    let (done, finished) = std::sync::mpsc::channel();
+    let waiter = std::thread::Builder::new()
+        .name("zoo-exit-wait".into())
+        .spawn(move || {
+            for device in devices {
+                let _ = std::panic::catch_unwind(move || device.sync());
+            }
+            let _ = done.send(());
+        });
+    if waiter.is_ok() {
+        // A device that never answers must not keep the process from exiting.
+        let _ = finished.recv_timeout(EXIT_WAIT);
     }
 }
+
+/// How long the exit handler waits for queued GPU work.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Parses a name as typed after `--device`, optionally with a device index
 /// (`cuda:1`), and selects it: see [`select_indexed`].

@@ -9,6 +9,18 @@ use zoo_attention::{AttentionInput, MultiHeadAttentionConfig};
 use zoo_decoder::{DecoderConfig, DecoderInput};
 use zoo_encoder::{BertConfig, EncoderInput};
 
+/// Waits, as a test ends, for the work it queued on the device. These tests build models
+/// and stop at an error before anything is read back; a wgpu process on lavapipe that
+/// exits while kernels are still being compiled can die in LLVM's teardown (seen as
+/// SIGSEGV or SIGABRT after the last test passed).
+struct FinishQueuedWork;
+
+impl Drop for FinishQueuedWork {
+    fn drop(&mut self) {
+        let _ = zoo_device::test_device().sync();
+    }
+}
+
 fn ids(rows: &[&[i64]]) -> Tensor<2, Int> {
     let t = rows[0].len();
     let flat: Vec<i64> = rows.iter().flat_map(|r| r.iter().copied()).collect();
@@ -26,6 +38,7 @@ fn tiny_bert() -> zoo_encoder::BertModel {
 
 #[test]
 fn ids_given_as_features_are_a_shape_error_naming_d_model() {
+    let _finish = FinishQueuedWork;
     // The ids, cast to float and given one feature each, where [B, T, d_model] embeddings
     // belong.
     let attn = MultiHeadAttentionConfig::new(16, 4)
@@ -41,6 +54,7 @@ fn ids_given_as_features_are_a_shape_error_naming_d_model() {
 
 #[test]
 fn heads_that_do_not_divide_d_model_are_named() {
+    let _finish = FinishQueuedWork;
     let e = MultiHeadAttentionConfig::new(100, 3)
         .init(&zoo_device::test_device())
         .unwrap_err();
@@ -54,6 +68,7 @@ fn heads_that_do_not_divide_d_model_are_named() {
 
 #[test]
 fn a_mask_of_the_wrong_shape_is_named_with_both_shapes() {
+    let _finish = FinishQueuedWork;
     let bert = tiny_bert();
     let pad = Tensor::<2, Bool>::from_data(
         TensorData::new(vec![false; 4], [1, 4]),
@@ -70,6 +85,7 @@ fn a_mask_of_the_wrong_shape_is_named_with_both_shapes() {
 
 #[test]
 fn a_mask_of_the_wrong_polarity_is_caught() {
+    let _finish = FinishQueuedWork;
     // HF's attention_mask (1 at real tokens) passed where the zoo wants true at padding:
     // the unpadded row comes out all "padding".
     let bert = tiny_bert();
@@ -97,6 +113,7 @@ fn a_mask_of_the_wrong_polarity_is_caught() {
 
 #[test]
 fn a_sequence_longer_than_the_positions_is_named() {
+    let _finish = FinishQueuedWork;
     let bert = tiny_bert();
     let e = bert
         .forward(EncoderInput::new(ids(&[&[1; 9]])))
@@ -117,6 +134,7 @@ fn a_sequence_longer_than_the_positions_is_named() {
 
 #[test]
 fn a_padding_id_outside_the_vocabulary_is_named() {
+    let _finish = FinishQueuedWork;
     let mut c = BertConfig::new(30, 16, 1, 4, 32);
     c.pad_token_id = 30;
     let e = c.validate().unwrap_err();
@@ -137,6 +155,7 @@ fn a_padding_id_outside_the_vocabulary_is_named() {
 
 #[test]
 fn rows_of_unequal_length_without_padding_are_named() {
+    let _finish = FinishQueuedWork;
     let e = DecoderInput::from_ids(&[vec![1, 2, 3], vec![4, 5]], &zoo_device::test_device())
         .unwrap_err();
     assert!(e.to_string().contains("got lengths [3, 2]"), "{e}");

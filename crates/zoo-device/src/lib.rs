@@ -9,9 +9,6 @@
 //! not compiled in, or that finds no device, is a [`DeviceError`] whose message names the
 //! feature to enable.
 //!
-//! A wgpu or CUDA device handed out here is also waited for when the process exits, so
-//! that kernels still queued when `main` returns finish before the GPU driver unloads.
-//!
 //! ```
 //! use zoo_device::{BackendName, select};
 //! let device = select(BackendName::Flex)?;
@@ -252,87 +249,8 @@ pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, Devi
     }
     let device = construct(backend, index)?;
     probe_once(backend, index, || probe(backend, &device))?;
-    if matches!(backend, BackendName::Wgpu | BackendName::Cuda) {
-        finish_work_at_exit(&device);
-    }
     Ok(device)
 }
-
-/// The CubeCL devices handed out so far, whose queued work [`finish_queued_work`] waits for.
-static QUEUED_AT_EXIT: Mutex<Vec<Device>> = Mutex::new(Vec::new());
-
-/// Makes the process wait, as it exits, for the work still queued on `device`.
-///
-/// A CubeCL device runs its kernels on its own threads, so a program can return from
-/// `main` (or a test binary finish its last test) while kernels are still being compiled
-/// and run. The process then tears down its shared libraries under those threads: on
-/// Mesa's lavapipe, LLVM's global state is destroyed while a worker still compiles a
-/// shader with it, and the process dies with SIGSEGV or SIGABRT after its work succeeded.
-/// An exit handler registered after the device's driver was loaded runs before that
-/// driver's own destructors (exit handlers run in the reverse order of registration), so
-/// it can wait for the queues there.
-fn finish_work_at_exit(device: &Device) {
-    static REGISTERED: std::sync::Once = std::sync::Once::new();
-    {
-        let mut devices = QUEUED_AT_EXIT
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if !devices.contains(device) {
-            devices.push(device.clone());
-        }
-    }
-    REGISTERED.call_once(register_exit_handler);
-}
-
-#[cfg(unix)]
-fn register_exit_handler() {
-    extern "C" fn at_exit() {
-        // Nothing may print from here: a program's last line must stay its last line.
-        std::panic::set_hook(Box::new(|_| {}));
-        finish_queued_work();
-    }
-    // SAFETY: `atexit` only records the pointer of a function that takes no arguments and
-    // never unwinds (`finish_queued_work` catches every panic).
-    #[allow(unsafe_code)]
-    let status = unsafe { libc::atexit(at_exit) };
-    if status != 0 {
-        log::warn!("could not register the exit handler that waits for queued GPU work");
-    }
-}
-
-#[cfg(not(unix))]
-fn register_exit_handler() {}
-
-/// Waits for the work queued on every CubeCL device handed out so far, for at most
-/// [`EXIT_WAIT`]. It runs on a thread of its own: by the time exit handlers run, the
-/// exiting thread's thread-locals are destroyed, and CubeCL's `sync` needs one (its
-/// `block_on`). Errors are swallowed and panics silenced: the process is exiting, and what
-/// failed was already reported, or will not matter to anyone.
-fn finish_queued_work() {
-    let devices = QUEUED_AT_EXIT
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    if devices.is_empty() {
-        return;
-    }
-    let (done, finished) = std::sync::mpsc::channel();
-    let waiter = std::thread::Builder::new()
-        .name("zoo-exit-wait".into())
-        .spawn(move || {
-            for device in devices {
-                let _ = std::panic::catch_unwind(move || device.sync());
-            }
-            let _ = done.send(());
-        });
-    if waiter.is_ok() {
-        // A device that never answers must not keep the process from exiting.
-        let _ = finished.recv_timeout(EXIT_WAIT);
-    }
-}
-
-/// How long the exit handler waits for queued GPU work.
-const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Parses a name as typed after `--device`, optionally with a device index
 /// (`cuda:1`), and selects it: see [`select_indexed`].
@@ -593,21 +511,6 @@ fn append_skip(path: &Path, test: &str, reason: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cubecl_devices_and_only_they_are_waited_for_at_exit() {
-        let device = test_device();
-        let listed = QUEUED_AT_EXIT
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&device);
-        let cubecl = matches!(test_backend(), BackendName::Wgpu | BackendName::Cuda);
-        assert_eq!(listed, cubecl, "{device:?}");
-        // Waiting is harmless while the process still runs, and leaves the device usable.
-        finish_queued_work();
-        let x = Tensor::<1>::from_floats([1.0, 2.0], &device);
-        assert_eq!(x.sum().into_scalar::<f32>(), 3.0);
-    }
 
     #[test]
     fn names_round_trip() {

@@ -1,80 +1,20 @@
-//! The shared blocks: feed-forward variants, the norm choice, and the encoder and decoder
+//! The shared blocks: the norm choice, and the encoder and decoder
 //! blocks in post-norm (the original paper, BERT) and pre-norm (GPT, ViT, Llama) form.
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{
-    Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig, RmsNorm,
-    RmsNormConfig,
+    Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear, RmsNorm, RmsNormConfig,
 };
-use burn::tensor::activation::{gelu, relu, sigmoid, silu};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{CrossKvCache, KvCache};
 use crate::error::{AttentionError, Result};
+use crate::ffn::{FeedForward, FeedForwardConfig};
 use crate::mask::Mask;
 use crate::mha::{AttentionInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use crate::position::Positions;
-
-/// The feed-forward non-linearity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FfnActivation {
-    /// `max(0, x)`, the original Transformer.
-    Relu,
-    /// Exact GELU (BERT, ViT).
-    Gelu,
-    /// GELU with the tanh approximation (GPT-2's `gelu_new`).
-    GeluTanh,
-    /// `silu(x) = x · sigmoid(x)` (Elfwing et al., 2018), ungated.
-    Silu,
-    /// `down(silu(gate(x)) * up(x))` (Shazeer, 2020; Llama).
-    SwiGlu,
-    /// `down(gelu(gate(x)) * up(x))` (Shazeer, 2020; T5 v1.1's `gated-gelu`, with the
-    /// tanh approximation as HF's `gelu_new`).
-    GeGlu,
-}
-
-impl FfnActivation {
-    /// Whether the activation multiplies by a gate projection.
-    pub fn is_gated(self) -> bool {
-        matches!(self, Self::SwiGlu | Self::GeGlu)
-    }
-}
-
-/// A feed-forward activation as HF's `config.json` names it (`hidden_act`): the
-/// families' configs deserialize it and turn it into an [`FfnActivation`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum HiddenAct {
-    /// Exact GELU (`"gelu"`), BERT's.
-    #[serde(rename = "gelu")]
-    Gelu,
-    /// GELU with the tanh approximation (`"gelu_new"`, `"gelu_pytorch_tanh"`).
-    #[serde(rename = "gelu_new", alias = "gelu_pytorch_tanh")]
-    GeluTanh,
-    /// `"relu"`.
-    #[serde(rename = "relu")]
-    Relu,
-    /// `"silu"` (also `"swish"`).
-    #[serde(rename = "silu", alias = "swish")]
-    Silu,
-}
-
-/// GELU with the tanh approximation (Hendrycks & Gimpel, 2016; GPT-2's `gelu_new`):
-/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, computed as the equal
-/// `x sigmoid(2 sqrt(2/pi) x (1 + 0.044715 x^2))`, since `(1 + tanh z) / 2 = sigmoid(2z)`.
-///
-/// Same values as Burn's `gelu_approximate` (within float rounding), in six cheap
-/// element-wise ops where that one takes a `powf` for the cube and a `tanh`: on the CPU
-/// backends both are scalar library calls per element, and they dominated the time of
-/// GPT-2 training steps.
-pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    /// 2 sqrt(2 / pi).
-    const A: f64 = 2.0 * core::f64::consts::FRAC_2_SQRT_PI * core::f64::consts::FRAC_1_SQRT_2;
-    const B: f64 = A * 0.044715;
-    let z = (x.clone() * x.clone() * B + A) * x.clone();
-    x * sigmoid(z)
-}
 
 /// `layer` applied to the last dimension with every leading dimension folded into the
 /// rows: one `[N, D_in] x [D_in, D_out]` product, `N` the product of the leading sizes.
@@ -112,155 +52,7 @@ pub fn tied_logits(h: Tensor<3>, weight: Tensor<2>) -> Tensor<3> {
         .reshape([b, t, v])
 }
 
-impl HiddenAct {
-    /// The shared feed-forward activation.
-    pub fn ffn(self) -> FfnActivation {
-        match self {
-            Self::Gelu => FfnActivation::Gelu,
-            Self::GeluTanh => FfnActivation::GeluTanh,
-            Self::Relu => FfnActivation::Relu,
-            Self::Silu => FfnActivation::Silu,
-        }
-    }
-}
-
-impl HiddenAct {
-    /// Applies the activation elementwise (heads outside the feed-forward, such as
-    /// BERT's masked-LM transform, use it directly).
-    pub fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
-        match self {
-            Self::Gelu => gelu(x),
-            Self::GeluTanh => gelu_tanh(x),
-            Self::Relu => relu(x),
-            Self::Silu => silu(x),
-        }
-    }
-}
-
-/// Configuration of [`FeedForward`].
-#[derive(Config, Debug)]
-pub struct FeedForwardConfig {
-    /// Model width.
-    pub d_model: usize,
-    /// Hidden width (4 × d_model in GPT-2 and BERT).
-    pub d_ff: usize,
-    /// Non-linearity. Default: GELU.
-    #[config(default = "FfnActivation::Gelu")]
-    pub activation: FfnActivation,
-    /// Biases on the projections. Default: true; Llama has none.
-    #[config(default = true)]
-    pub bias: bool,
-    /// Dropout after the down projection. Default: 0.
-    #[config(default = 0.0)]
-    pub dropout: f64,
-    /// Initial weights. Default: N(0, 0.02).
-    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
-    pub initializer: Initializer,
-}
-
-/// Position-wise feed-forward network; names follow HF Llama (`gate_proj`, `up_proj`,
-/// `down_proj`). GPT-2's `c_fc` is `up_proj` and its `c_proj` is `down_proj`.
-#[derive(Module, Debug)]
-pub struct FeedForward {
-    /// Gate projection (gated activations only).
-    pub gate_proj: Option<Linear>,
-    /// Up projection `[d_model, d_ff]`.
-    pub up_proj: Linear,
-    /// Down projection `[d_ff, d_model]`.
-    pub down_proj: Linear,
-    /// Output dropout.
-    pub dropout: Dropout,
-    #[module(skip)]
-    activation: FfnActivation,
-}
-
-impl FeedForwardConfig {
-    /// Trainable parameters of the network [`Self::init`] builds: the up and down
-    /// projections, and the gate for gated activations, with their biases.
-    pub fn num_params(&self) -> usize {
-        let linear = |d_in: usize, d_out: usize| d_in * d_out + usize::from(self.bias) * d_out;
-        let gate = if self.activation.is_gated() {
-            linear(self.d_model, self.d_ff)
-        } else {
-            0
-        };
-        gate + linear(self.d_model, self.d_ff) + linear(self.d_ff, self.d_model)
-    }
-
-    /// Builds the network.
-    ///
-    /// # Errors
-    /// Zero widths or a dropout outside `[0, 1)`.
-    pub fn init(&self, device: &Device) -> Result<FeedForward> {
-        if self.d_model == 0 {
-            return Err(AttentionError::Zero { name: "d_model" });
-        }
-        if self.d_ff == 0 {
-            return Err(AttentionError::Zero { name: "d_ff" });
-        }
-        check_prob("ffn dropout", self.dropout)?;
-        let linear = |a, b| {
-            LinearConfig::new(a, b)
-                .with_bias(self.bias)
-                .with_initializer(self.initializer.clone())
-                .init(device)
-        };
-        Ok(FeedForward {
-            gate_proj: self
-                .activation
-                .is_gated()
-                .then(|| linear(self.d_model, self.d_ff)),
-            up_proj: linear(self.d_model, self.d_ff),
-            down_proj: linear(self.d_ff, self.d_model),
-            dropout: DropoutConfig::new(self.dropout).init(),
-            activation: self.activation,
-        })
-    }
-}
-
-impl FeedForward {
-    /// The activation.
-    pub fn activation(&self) -> FfnActivation {
-        self.activation
-    }
-
-    /// # Shapes
-    /// - `x`: `[B, T, d_model]` -> `[B, T, d_model]`
-    ///
-    /// # Errors
-    /// A gated activation without its gate projection, or a gate on an ungated one
-    /// (a module assembled or loaded by hand).
-    pub fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
-        let up = |x| linear_rows(&self.up_proj, x);
-        let h = match (self.activation, &self.gate_proj) {
-            (FfnActivation::SwiGlu, Some(gate)) => silu(linear_rows(gate, x.clone())) * up(x),
-            (FfnActivation::GeGlu, Some(gate)) => gelu_tanh(linear_rows(gate, x.clone())) * up(x),
-            (act, None) if act.is_gated() => {
-                return Err(AttentionError::Unsupported(format!(
-                    "feed-forward activation {act:?} needs its gate projection, which is missing"
-                )));
-            }
-            (act, Some(_)) if !act.is_gated() => {
-                return Err(AttentionError::Unsupported(format!(
-                    "feed-forward activation {act:?} takes no gate projection, but one is present"
-                )));
-            }
-            (FfnActivation::Relu, _) => relu(up(x)),
-            (FfnActivation::GeluTanh, _) => gelu_tanh(up(x)),
-            (FfnActivation::Silu, _) => silu(up(x)),
-            (FfnActivation::Gelu, _) => gelu(up(x)),
-            (FfnActivation::SwiGlu | FfnActivation::GeGlu, _) => {
-                unreachable!("gated, handled above")
-            }
-        };
-        Ok(crate::dropout(
-            &self.dropout,
-            linear_rows(&self.down_proj, h),
-        ))
-    }
-}
-
-fn check_prob(name: &'static str, value: f64) -> Result<()> {
+pub(crate) fn check_prob(name: &'static str, value: f64) -> Result<()> {
     if (0.0..1.0).contains(&value) {
         Ok(())
     } else {
@@ -628,10 +420,10 @@ impl TransformerBlock {
             x.clone()
                 + self
                     .dropout
-                    .forward(self.mlp.forward(self.norm_2.forward(x))?)
+                    .forward(self.mlp.forward(self.norm_2.forward(x)))
         } else {
             self.norm_2
-                .forward(x.clone() + crate::dropout(&self.dropout, self.mlp.forward(x)?))
+                .forward(x.clone() + crate::dropout(&self.dropout, self.mlp.forward(x)))
         };
         Ok(BlockOutput {
             hidden,
@@ -644,61 +436,13 @@ impl TransformerBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ffn::FfnActivation;
     use burn::tensor::Distribution;
     use zoo_device::test_device;
     use zoo_device::testing::max_abs_diff;
 
     fn x(b: usize, t: usize, d: usize) -> Tensor<3> {
         Tensor::random([b, t, d], Distribution::Normal(0.0, 1.0), &test_device())
-    }
-
-    #[test]
-    fn ffn_activations_match_their_formulas() {
-        let dev = test_device();
-        let input = x(1, 2, 4);
-        for act in [
-            FfnActivation::Relu,
-            FfnActivation::Gelu,
-            FfnActivation::GeluTanh,
-            FfnActivation::Silu,
-            FfnActivation::SwiGlu,
-            FfnActivation::GeGlu,
-        ] {
-            let ffn = FeedForwardConfig::new(4, 8)
-                .with_activation(act)
-                .init(&dev)
-                .unwrap();
-            let up = ffn.up_proj.forward(input.clone());
-            let h = match act {
-                FfnActivation::Relu => up.clone().clamp_min(0.0),
-                FfnActivation::Gelu => {
-                    // x Φ(x) with Φ from erf
-                    up.clone() * ((up.clone() / std::f64::consts::SQRT_2).erf() + 1.0) * 0.5
-                }
-                FfnActivation::GeluTanh => {
-                    let inner = (up.clone() + up.clone().powi_scalar(3) * 0.044715)
-                        * (2.0 / std::f64::consts::PI).sqrt();
-                    up.clone() * (inner.tanh() + 1.0) * 0.5
-                }
-                FfnActivation::Silu => up.clone() * burn::tensor::activation::sigmoid(up.clone()),
-                FfnActivation::SwiGlu => {
-                    let g = ffn.gate_proj.as_ref().unwrap().forward(input.clone());
-                    g.clone() * burn::tensor::activation::sigmoid(g) * up.clone()
-                }
-                FfnActivation::GeGlu => {
-                    let g = ffn.gate_proj.as_ref().unwrap().forward(input.clone());
-                    let inner = (g.clone() + g.clone().powi_scalar(3) * 0.044715)
-                        * (2.0 / std::f64::consts::PI).sqrt();
-                    g * (inner.tanh() + 1.0) * 0.5 * up.clone()
-                }
-            };
-            let expected = ffn.down_proj.forward(h);
-            assert!(
-                max_abs_diff(&ffn.forward(input.clone()).unwrap(), &expected) < 1e-5,
-                "{act:?}"
-            );
-            assert_eq!(ffn.gate_proj.is_some(), act.is_gated(), "{act:?}");
-        }
     }
 
     #[test]
@@ -720,57 +464,6 @@ mod tests {
                 assert!((gv[bt * 5 + v] - want).abs() < 1e-5, "{bt} {v}");
             }
         }
-    }
-
-    #[test]
-    fn gelu_tanh_is_the_tanh_formula_and_burns_approximation() {
-        let dev = test_device();
-        let xs: Vec<f32> = (-200..=200).map(|i| i as f32 * 0.05).collect();
-        let n = xs.len();
-        let x = Tensor::<1>::from_data(burn::tensor::TensorData::new(xs.clone(), [n]), &dev);
-        let got = gelu_tanh(x.clone())
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap();
-        let c = (2.0 / std::f64::consts::PI).sqrt();
-        for (v, g) in xs.iter().zip(&got) {
-            let v = f64::from(*v);
-            let want = 0.5 * v * (1.0 + (c * (v + 0.044715 * v * v * v)).tanh());
-            assert!(
-                (f64::from(*g) - want).abs() < 2e-6,
-                "x = {v}: {g} vs {want}"
-            );
-        }
-        // Burn's own (powf and tanh) agrees, and exact GELU differs by more than the
-        // tolerance: the check can tell the two apart.
-        let burn = burn::tensor::activation::gelu_approximate(x.clone());
-        assert!(max_abs_diff(&gelu_tanh(x.clone()), &burn) < 2e-6);
-        assert!(max_abs_diff(&gelu(x.clone()), &burn) > 1e-4);
-        // Large inputs saturate without NaN: x for x >> 0, -0 for x << 0.
-        let big =
-            Tensor::<1>::from_data(burn::tensor::TensorData::new(vec![-1e4f32, 1e4], [2]), &dev);
-        assert_eq!(
-            gelu_tanh(big).into_data().try_to_vec::<f32>().unwrap(),
-            [0.0, 1e4]
-        );
-    }
-
-    #[test]
-    fn a_gated_ffn_without_its_gate_is_an_error() {
-        let dev = test_device();
-        let mut ffn = FeedForwardConfig::new(4, 8)
-            .with_activation(FfnActivation::SwiGlu)
-            .init(&dev)
-            .unwrap();
-        let gate = ffn.gate_proj.take();
-        let e = ffn.forward(x(1, 2, 4)).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "feed-forward activation SwiGlu needs its gate projection, which is missing"
-        );
-        let mut plain = FeedForwardConfig::new(4, 8).init(&dev).unwrap();
-        plain.gate_proj = gate;
-        assert!(plain.forward(x(1, 2, 4)).is_err());
     }
 
     #[test]
@@ -839,11 +532,11 @@ mod tests {
             let expected = match placement {
                 NormPlacement::Pre => {
                     let h = input.clone() + attn(b.norm_1.forward(input.clone()));
-                    h.clone() + b.mlp.forward(b.norm_2.forward(h)).unwrap()
+                    h.clone() + b.mlp.forward(b.norm_2.forward(h))
                 }
                 NormPlacement::Post => {
                     let h = b.norm_1.forward(input.clone() + attn(input.clone()));
-                    b.norm_2.forward(h.clone() + b.mlp.forward(h).unwrap())
+                    b.norm_2.forward(h.clone() + b.mlp.forward(h))
                 }
             };
             assert!(max_abs_diff(&got, &expected) < 1e-5, "{placement:?}");

@@ -14,8 +14,9 @@
 //!   relative position bias;
 //! - [`cache`]: the per-layer KV cache, bounded (written in place) or sliding, and the
 //!   cross-attention cache of the encoder's keys and values;
-//! - [`block`]: feed-forward variants, LayerNorm / RMSNorm, and the pre- or post-norm
-//!   transformer block used as encoder and decoder layer.
+//! - [`ffn`]: the feed-forward network as plain, gated and fused-gated variants;
+//! - [`block`]: LayerNorm / RMSNorm, and the pre- or post-norm transformer block used as
+//!   encoder and decoder layer.
 //!
 //! Everything is written once against Burn's tensor API and runs on any backend compiled
 //! into the build.
@@ -25,19 +26,23 @@ pub mod block;
 pub mod cache;
 mod dropout;
 mod error;
+pub mod ffn;
 pub mod mask;
 pub mod mha;
 pub mod position;
 pub mod sdpa;
 
 pub use block::{
-    BlockInput, BlockOutput, FeedForward, FeedForwardConfig, FfnActivation, HiddenAct, Norm,
-    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig, gelu_tanh, linear_rows,
-    tied_logits,
+    BlockInput, BlockOutput, Norm, NormKind, NormPlacement, TransformerBlock,
+    TransformerBlockConfig, linear_rows, tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use dropout::dropout;
 pub use error::{AttentionError, Result};
+pub use ffn::{
+    FeedForward, FeedForwardConfig, FfnActivation, FusedGatedFfn, GateLayout, GatedFfn, HiddenAct,
+    PlainFfn, gelu_tanh,
+};
 pub use mask::{Mask, Visibility};
 pub use mha::{
     AttentionInput, AttentionKernel, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig,

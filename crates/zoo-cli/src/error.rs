@@ -28,18 +28,18 @@ pub enum CliError {
     /// Generation.
     #[error(transparent)]
     Core(#[from] zoo_core::CoreError),
+    /// A model of any family.
+    #[error(transparent)]
+    Model(#[from] zoo_core::ModelError),
+    /// Finding, loading or running a checkpoint.
+    #[error(transparent)]
+    Hub(#[from] zoo_hub::HubError),
     /// The decoder family.
     #[error(transparent)]
     Decoder(#[from] zoo_decoder::DecoderError),
     /// The encoder family.
     #[error(transparent)]
     Encoder(#[from] zoo_encoder::EncoderError),
-    /// The encoder-decoder family.
-    #[error(transparent)]
-    Seq2Seq(#[from] zoo_seq2seq::Seq2SeqError),
-    /// The vision family.
-    #[error(transparent)]
-    Vision(#[from] zoo_vision::VisionError),
 }
 
 /// Shorthand for results of the command line.

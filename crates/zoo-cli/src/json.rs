@@ -7,95 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{CliError, Result};
 
-/// The forward arguments `forward` reads, as HF names them.
-pub const INPUT_KEYS: [&str; 6] = [
-    "input_ids",
-    "attention_mask",
-    "token_type_ids",
-    "decoder_input_ids",
-    "pixel_values",
-    "interpolate_pos_encoding",
-];
-
-/// A `[batch][length]` integer argument.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IntMatrix {
-    /// Its HF name.
-    pub name: &'static str,
-    /// The rows, all of one length.
-    pub rows: Vec<Vec<i64>>,
-}
-
-impl IntMatrix {
-    /// `[batch, length]`.
-    pub fn shape(&self) -> [usize; 2] {
-        [self.rows.len(), self.rows[0].len()]
-    }
-
-    /// The values, row after row.
-    pub fn flat(&self) -> Vec<i64> {
-        self.rows.iter().flatten().copied().collect()
-    }
-
-    /// The same shape as `other`, or an error naming both.
-    pub fn check_shape(&self, other: &IntMatrix) -> Result<()> {
-        if self.shape() != other.shape() {
-            return Err(CliError::Input(format!(
-                "{} has shape {:?}, {} {:?}",
-                self.name,
-                self.shape(),
-                other.name,
-                other.shape()
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// `pixel_values`: `[batch][channels][height][width]` floats.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pixels {
-    /// `[B, C, H, W]`.
-    pub shape: [usize; 4],
-    /// The values in that order.
-    pub values: Vec<f32>,
-}
-
-/// The parsed `IN.json` of `forward`.
-#[derive(Debug, Clone, Default)]
-pub struct ForwardInput {
-    /// `input_ids`.
-    pub input_ids: Option<IntMatrix>,
-    /// `attention_mask`: 1 for a real token, 0 for padding.
-    pub attention_mask: Option<IntMatrix>,
-    /// `token_type_ids`.
-    pub token_type_ids: Option<IntMatrix>,
-    /// `decoder_input_ids`.
-    pub decoder_input_ids: Option<IntMatrix>,
-    /// `pixel_values`.
-    pub pixel_values: Option<Pixels>,
-    /// `interpolate_pos_encoding`.
-    pub interpolate_pos_encoding: bool,
-}
-
-impl ForwardInput {
-    /// The keys present, in [`INPUT_KEYS`] order.
-    pub fn keys(&self) -> Vec<&'static str> {
-        let present = [
-            self.input_ids.is_some(),
-            self.attention_mask.is_some(),
-            self.token_type_ids.is_some(),
-            self.decoder_input_ids.is_some(),
-            self.pixel_values.is_some(),
-            self.interpolate_pos_encoding,
-        ];
-        INPUT_KEYS
-            .iter()
-            .zip(present)
-            .filter_map(|(k, p)| p.then_some(*k))
-            .collect()
-    }
-}
+pub use zoo_core::registry::{ForwardInput, INPUT_KEYS, IntMatrix, Pixels};
 
 /// Reads a JSON file, naming it in every error.
 pub fn read(path: &Path) -> Result<Value> {
@@ -343,7 +255,7 @@ fn nested(
 }
 
 /// A named output tensor: its values and shape.
-pub type Named = (&'static str, Vec<f32>, Vec<usize>);
+pub use zoo_core::registry::NamedOutput as Named;
 
 /// Writes `{"name": nested list, ...}` to `path`: beside it first, then renamed, so the
 /// file appears whole or not at all.

@@ -44,23 +44,21 @@ fn stdout_failed(e: std::io::Error) -> ! {
 
 mod error;
 mod json;
-mod models;
 
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use burn::tensor::{Device, Tensor, activation::softmax};
+use burn::tensor::{Device, activation::softmax};
 use clap::{Parser, Subcommand};
-use zoo_core::{BeamConfig, GenerationConfig, WeightsFile, beam_search, generate};
+use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
+use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
 use zoo_decoder::{LmTokenizer, TextStream};
-use zoo_encoder::{BertTokenizer, SentenceEncoder};
-use zoo_seq2seq::{EncoderDecoder, beam_from, generate_from};
-use zoo_vision::ImageProcessor;
+use zoo_encoder::SentenceEncoder;
+use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 
 use crate::error::{CliError, Result};
-use crate::models::{Checkpoint, Loaded, floats};
 
 /// mimalloc keeps freed tensor buffers for reuse (see the workspace's Cargo.toml).
 #[global_allocator]
@@ -70,8 +68,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "zoo",
     version,
-    about = "Run HuggingFace checkpoints of the Burn Model Zoo's families: GPT-2, Llama, \
-             Mistral, Qwen2, BERT (and sentence-transformers), ViT, T5, Marian."
+    about = "Run HuggingFace checkpoints of every Burn Model Zoo family: causal LMs, \
+             encoders (and sentence-transformers), vision models and encoder-decoders. \
+             `zoo info` names a folder's architecture; an unknown one is refused with the \
+             list of supported model types."
 )]
 struct Cli {
     /// Backend to run on: flex, ndarray, wgpu, tch, tch-cuda or cuda (`cuda:1` for another GPU).
@@ -105,13 +105,13 @@ enum Command {
         #[arg(long)]
         output: PathBuf,
     },
-    /// Continues a prompt with a causal LM (gpt2, llama, mistral, qwen2), streaming the text.
+    /// Continues a prompt with a causal LM, streaming the text.
     Generate(GenerateArgs),
     /// Translates a text (or does what the model was trained for) with an encoder-decoder
-    /// model (t5, marian), reading the folder's tokenizer.json.
+    /// model, reading the folder's tokenizer.json.
     Translate(TranslateArgs),
-    /// The top labels of an image (ViTForImageClassification) or a text
-    /// (BertForSequenceClassification), with probabilities.
+    /// The top labels of an image or a text, with probabilities, from a model with a
+    /// classification head.
     Classify {
         /// The checkpoint folder.
         #[arg(long)]
@@ -238,6 +238,15 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// `a`, `a or b`, `a, b or c`.
+fn one_of(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
 /// `1234567` as `1,234,567`.
 fn thousands(n: usize) -> String {
     let s = n.to_string();
@@ -265,8 +274,8 @@ fn dtype_name(dtype: burn::tensor::DType) -> String {
 }
 
 fn info(dir: &Path, device: &Device) -> Result<()> {
-    let ck = Checkpoint::detect(dir)?;
-    let model = ck.load(device)?;
+    let model = AutoModel::from_pretrained(dir, device)?;
+    let arch = model.architecture();
     let file = WeightsFile::find(dir)?;
     let tensors = file.tensors()?;
     let dtypes: BTreeSet<String> = tensors.values().map(|t| dtype_name(t.dtype)).collect();
@@ -277,8 +286,8 @@ fn info(dir: &Path, device: &Device) -> Result<()> {
         )
     };
     outln!("model:        {}", dir.display());
-    outln!("model_type:   {}", ck.model_type);
-    outln!("architecture: {}", ck.architecture);
+    outln!("model_type:   {}", arch.model_type);
+    outln!("architecture: {}", arch.name);
     outln!("parameters:   {}", thousands(model.num_params()));
     let dtypes = dtypes.into_iter().collect::<Vec<_>>().join(", ");
     if dtypes == "float32" {
@@ -310,16 +319,9 @@ fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<(
         },
         other => other,
     })?;
-    let ck = Checkpoint::detect(dir)?;
-    let accepted = ck.inputs();
-    if let Some(key) = parsed.keys().into_iter().find(|k| !accepted.contains(k)) {
-        return Err(CliError::Input(format!(
-            "{key} is not an input of {} (it takes {})",
-            ck.architecture,
-            accepted.join(", ")
-        )));
-    }
-    let model = ck.load(device)?;
+    let detected = Detected::new(dir)?;
+    detected.check_input(&parsed)?;
+    let model = detected.load(device)?;
     let outputs = model.forward(&parsed, device)?;
     json::write_outputs(output, &outputs)?;
     let names: Vec<String> = outputs
@@ -331,13 +333,15 @@ fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<(
 }
 
 fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
-    let ck = Checkpoint::detect(&args.model)?;
-    let Loaded::Decoder(model, hf) = ck.load(device)? else {
+    let model = AutoModel::from_pretrained(&args.model, device)?;
+    let Some(lm) = model.generator() else {
+        let arch = model.architecture();
         return Err(CliError::Unsupported(format!(
-            "generate needs a causal LM (gpt2, llama, mistral, qwen2); {} is {} ({})",
+            "generate needs a causal LM ({}); {} is {} ({})",
+            model_types(Some(Task::Generate)).join(", "),
             args.model.display(),
-            ck.model_type,
-            ck.architecture
+            arch.model_type,
+            arch.name
         )));
     };
     if args.prompt.is_empty() {
@@ -354,9 +358,9 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
                 "beam search takes no --temperature; use --num-beams 1 to sample".into(),
             ));
         }
-        let cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
-            .with_stop_tokens(hf.eos_token_ids());
-        let out = beam_search(&model, &[prompt], &cfg)?;
+        let cfg =
+            BeamConfig::new(args.num_beams, args.max_new_tokens).with_stop_tokens(lm.stop_tokens());
+        let out = lm.beam_search(&[prompt], &cfg)?;
         outln!("{}{}", args.prompt, tokenizer.decode(&out.tokens[0])?);
         eprintln!(
             "[{} new tokens in {:.2} s, {} beams, score {:.4}]",
@@ -385,14 +389,14 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
     }
     cfg = cfg
         .with_repetition_penalty(args.repetition_penalty)
-        .with_stop_tokens(hf.eos_token_ids());
+        .with_stop_tokens(lm.stop_tokens());
     cfg.validate()?;
     let mut stdout = std::io::stdout();
     out!("{}", args.prompt);
     let _ = stdout.flush();
     let mut stream = TextStream::new(&tokenizer);
     let mut failed = None;
-    let out = generate(&model, &[prompt], &cfg, |_, token| {
+    let out = lm.generate(&[prompt], &cfg, &mut |_, token| {
         if failed.is_some() {
             return;
         }
@@ -424,20 +428,21 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
 }
 
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
-    let ck = Checkpoint::detect(&args.model)?;
-    match ck.load(device)? {
-        Loaded::T5(model) => run_translate(&model, args),
-        Loaded::Marian(model) => run_translate(&model, args),
-        _ => Err(CliError::Unsupported(format!(
-            "translate needs an encoder-decoder model (t5, marian); {} is {} ({})",
+    let loaded = AutoModel::from_pretrained(&args.model, device)?;
+    let Some(model) = loaded.translator() else {
+        let arch = loaded.architecture();
+        return Err(CliError::Unsupported(format!(
+            "translate needs an encoder-decoder model ({}); {} is {} ({})",
+            model_types(Some(Task::Translate)).join(", "),
             args.model.display(),
-            ck.model_type,
-            ck.architecture
-        ))),
-    }
+            arch.model_type,
+            arch.name
+        )));
+    };
+    run_translate(model, args)
 }
 
-fn run_translate<M: EncoderDecoder>(model: &M, args: &TranslateArgs) -> Result<()> {
+fn run_translate(model: &dyn Translator, args: &TranslateArgs) -> Result<()> {
     if args.text.is_empty() {
         return Err(CliError::Input("the text is empty".into()));
     }
@@ -454,13 +459,13 @@ fn run_translate<M: EncoderDecoder>(model: &M, args: &TranslateArgs) -> Result<(
             )));
         }
         let cfg = GenerationConfig::sampling(args.max_new_tokens, args.temperature, args.seed);
-        let out = generate_from(model, &[source], &cfg)?;
+        let out = model.sample(&[source], &cfg)?;
         (out.tokens[0].clone(), out.elapsed)
     } else {
         let cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
             .with_length_penalty(args.length_penalty)
             .with_no_repeat_ngram_size(args.no_repeat_ngram_size);
-        let out = beam_from(model, &[source], &cfg)?;
+        let out = model.beam_search(&[source], &cfg)?;
         (out.tokens[0].clone(), out.elapsed)
     };
     outln!("{}", tokenizer.decode(&tokens)?);
@@ -484,45 +489,33 @@ fn classify(
     if top == 0 {
         return Err(CliError::Input("--top must be > 0, got 0".into()));
     }
-    let ck = Checkpoint::detect(dir)?;
-    let (logits, labels): (Tensor<2>, Vec<String>) = match (ck.load(device)?, image, text) {
-        (Loaded::VitClassifier(model), Some(path), None) => {
-            let size = model.vit.config().image_size;
-            let processor = if dir.join("preprocessor_config.json").is_file() {
-                ImageProcessor::from_pretrained(dir)?
-            } else {
-                ImageProcessor::vit(size)
-            };
-            let pixels = processor.load(&[path], device)?;
-            let (logits, _) = model.forward(zoo_vision::ImageInput::new(pixels))?;
-            (logits, model.vit.config().labels())
-        }
-        (Loaded::BertSequence(model), None, Some(text)) => {
-            let tokenizer = BertTokenizer::from_pretrained(dir, model.bert.max_len())?;
-            let batch = tokenizer.encode_batch(&[text])?;
-            let logits = model.forward(batch.to_input(device))?;
-            (logits, model.bert.config().labels())
-        }
-        (Loaded::VitClassifier(_), _, _) => {
+    let model = AutoModel::from_pretrained(dir, device)?;
+    let arch = model.architecture();
+    let Some(classifier) = model.classifier() else {
+        return Err(CliError::Unsupported(format!(
+            "classify needs {}; {} is {}",
+            one_of(&architecture_names(Task::Classify)),
+            dir.display(),
+            arch.name
+        )));
+    };
+    let input = match (classifier.modality(), image, text) {
+        (Modality::Image, Some(path), None) => ClassifyInput::Image(path),
+        (Modality::Text, None, Some(text)) => ClassifyInput::Text(text),
+        (Modality::Image, ..) => {
             return Err(CliError::Input(format!(
                 "{} classifies images: use --image",
-                ck.architecture
+                arch.name
             )));
         }
-        (Loaded::BertSequence(_), _, _) => {
+        (Modality::Text, ..) => {
             return Err(CliError::Input(format!(
                 "{} classifies text: use --text",
-                ck.architecture
-            )));
-        }
-        _ => {
-            return Err(CliError::Unsupported(format!(
-                "classify needs ViTForImageClassification or BertForSequenceClassification; {} is {}",
-                dir.display(),
-                ck.architecture
+                arch.name
             )));
         }
     };
+    let Classes { logits, labels } = classifier.classify(input, device)?;
     let probs = floats(softmax(logits, 1))?;
     let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -568,6 +561,14 @@ fn embed(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_of_lists_the_choices() {
+        assert_eq!(one_of(&[]), "");
+        assert_eq!(one_of(&["a"]), "a");
+        assert_eq!(one_of(&["a", "b"]), "a or b");
+        assert_eq!(one_of(&["a", "b", "c"]), "a, b or c");
+    }
 
     #[test]
     fn thousands_groups_digits() {

@@ -160,7 +160,13 @@ fn nest(t: &Value) -> Value {
 
 #[test]
 fn forward_matches_transformers_for_every_family() {
-    for name in ["gpt2-tiny", "llama-tiny", "mistral-tiny", "qwen2-tiny"] {
+    for name in [
+        "gpt2-tiny",
+        "llama-tiny",
+        "mistral-tiny",
+        "qwen2-tiny",
+        "phi3-tiny",
+    ] {
         let dir = fixture("zoo-decoder", name);
         let e = read_json(&dir.join("expected.json"));
         check_forward(
@@ -184,7 +190,22 @@ fn forward_matches_transformers_for_every_family() {
             ("pooler_output", "pooler_output"),
         ],
     );
-    for name in ["bert-tiny-cls", "bert-tiny-mlm"] {
+    let roberta = fixture("zoo-encoder", "roberta-tiny");
+    let e = read_json(&roberta.join("expected.json"));
+    check_forward(
+        &roberta,
+        json!({"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]}),
+        &[
+            ("last_hidden_state", "last_hidden_state"),
+            ("pooler_output", "pooler_output"),
+        ],
+    );
+    for name in [
+        "bert-tiny-cls",
+        "bert-tiny-mlm",
+        "roberta-tiny-cls",
+        "roberta-tiny-mlm",
+    ] {
         let dir = fixture("zoo-encoder", name);
         let e = read_json(&dir.join("expected.json"));
         let mut input = json!({"input_ids": e["input_ids"]});
@@ -252,7 +273,7 @@ fn forward_matches_transformers_for_every_family() {
 #[test]
 fn generate_streams_the_library_s_greedy_text() {
     let device = test_device();
-    for name in ["gpt2-tiny", "llama-tiny"] {
+    for name in ["gpt2-tiny", "llama-tiny", "phi3-tiny"] {
         let dir = fixture("zoo-decoder", name);
         let prompt = "ROMEO: Wherefore art";
         let run = ok(&[
@@ -392,6 +413,44 @@ fn classify_prints_the_top_labels_with_probabilities() {
     names.sort_unstable();
     assert_eq!(names, ["comedy", "history", "tragedy"]);
     std::fs::remove_dir_all(&tmp).unwrap();
+
+    // RoBERTa's classifier reads its byte-level tokenizer.json: the first fixture text,
+    // unpadded, is row 0 of transformers' batch, so its probabilities are the softmax of
+    // transformers' logits there.
+    let dir = fixture("zoo-encoder", "roberta-tiny-cls");
+    let e = read_json(&dir.join("expected.json"));
+    let run = ok(&[
+        "classify",
+        "--model",
+        dir.to_str().unwrap(),
+        "--text",
+        e["texts"][0].as_str().unwrap(),
+    ]);
+    let logits = flat(&e["logits"]["values"]);
+    let row: Vec<f32> = logits[..3].to_vec();
+    let top = row.iter().copied().fold(f32::MIN, f32::max);
+    let z: f32 = row.iter().map(|l| (l - top).exp()).sum();
+    let labels = ["comedy", "history", "tragedy"];
+    let mut want: Vec<(f32, &str)> = row
+        .iter()
+        .zip(labels)
+        .map(|(l, n)| ((l - top).exp() / z, n))
+        .collect();
+    want.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let got: Vec<(f32, String)> = run
+        .stdout
+        .lines()
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            let p = parts.next().unwrap().parse().unwrap();
+            (p, parts.next().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(got.len(), 3, "{}", run.stdout);
+    for ((p, name), (q, want_name)) in got.iter().zip(&want) {
+        assert_eq!(name, want_name, "{}", run.stdout);
+        assert!((p - q).abs() < 2e-4, "{}: {p} against {q}", run.stdout);
+    }
 }
 
 #[test]
@@ -456,31 +515,51 @@ fn minilm_dir() -> PathBuf {
     dir
 }
 
-#[test]
-fn embed_matches_sentence_transformers_on_minilm() {
-    let e = read_json(&fixture("zoo-encoder", "minilm/expected.json"));
-    let tmp = tempdir("embed");
+/// `zoo embed` of the expected file's sentences with the folder `dir`: its stderr, and
+/// the largest difference from the expected embeddings after checking their shape.
+fn embed_against(dir: &Path, expected: &Value, shape_want: [usize; 2]) -> (String, f32) {
+    let tmp = tempdir(&format!(
+        "embed-{}",
+        dir.file_name().unwrap().to_string_lossy()
+    ));
     let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
-    std::fs::write(&inp, json!({"sentences": e["sentences"]}).to_string()).unwrap();
+    std::fs::write(
+        &inp,
+        json!({"sentences": expected["sentences"]}).to_string(),
+    )
+    .unwrap();
     let run = ok(&[
         "embed",
         "--model",
-        minilm_dir().to_str().unwrap(),
+        dir.to_str().unwrap(),
         "--input",
         inp.to_str().unwrap(),
         "--output",
         out.to_str().unwrap(),
     ]);
-    assert!(
-        run.stderr.contains("7 embeddings of 384 values"),
-        "{}",
-        run.stderr
-    );
     let got = read_json(&out);
-    assert_eq!(shape(&got["embeddings"]), [7, 384]);
-    let diff = max_abs_diff_slices(&flat(&got["embeddings"]), &flat(&e["embeddings"]));
-    assert!(diff <= 1e-4, "embeddings differ by {diff}");
+    assert_eq!(shape(&got["embeddings"]), shape_want);
+    let diff = max_abs_diff_slices(&flat(&got["embeddings"]), &flat(&expected["embeddings"]));
     std::fs::remove_dir_all(&tmp).unwrap();
+    (run.stderr, diff)
+}
+
+#[test]
+fn embed_matches_sentence_transformers_on_minilm() {
+    let e = read_json(&fixture("zoo-encoder", "minilm/expected.json"));
+    let (stderr, diff) = embed_against(&minilm_dir(), &e, [7, 384]);
+    assert!(stderr.contains("7 embeddings of 384 values"), "{stderr}");
+    assert!(diff <= 1e-4, "embeddings differ by {diff}");
+}
+
+/// A sentence-transformers folder over a RoBERTa checkpoint: positions after the padding
+/// id, RoBERTa's tokenizer, mean pooling over sentences of different lengths, Normalize.
+#[test]
+fn embed_matches_sentence_transformers_on_a_roberta_folder() {
+    let dir = fixture("zoo-encoder", "roberta-tiny-st");
+    let e = read_json(&dir.join("expected.json"));
+    let (_, diff) = embed_against(&dir, &e, [3, 40]);
+    assert!(diff <= 1e-4, "embeddings differ by {diff}");
 }
 
 #[test]
@@ -593,7 +672,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             args(&["info", "--model", &neox]),
             "unknown model_type \"gpt_neox\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, bert, vit, t5, marian"
+             mistral, qwen2, phi3, bert, roberta, vit, t5, marian"
                 .into(),
         ),
         (
@@ -686,7 +765,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             args(&["generate", "--model", bert, "--prompt", "hello"]),
-            "generate needs a causal LM (gpt2, llama, mistral, qwen2)".into(),
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3)".into(),
         ),
         (
             args(&[
@@ -760,7 +839,9 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             args(&["classify", "--model", g, "--text", "hello"]),
-            "classify needs ViTForImageClassification or BertForSequenceClassification".into(),
+            "classify needs BertForSequenceClassification, RobertaForSequenceClassification or \
+             ViTForImageClassification"
+                .into(),
         ),
         (
             args(&["classify", "--model", vit_cls, "--text", "hello"]),

@@ -149,13 +149,21 @@ pub struct KeyMap {
     /// `(regex, replacement)` from module paths to checkpoint names, for saving and for
     /// naming missing tensors as the checkpoint would.
     pub save: Vec<(String, String)>,
-    /// Regexes over checkpoint names of tensors that are not weights of this model: they
-    /// are dropped before loading (a buffer, a tied copy, another head).
+    /// Regexes over checkpoint names (after [`Self::dialect`]) of tensors that are not
+    /// weights of this model: they are dropped before loading (a buffer, a tied copy,
+    /// another head).
     pub ignore: Vec<String>,
     /// Regexes over module paths of `Linear` weights that the checkpoint already stores
     /// `[in, out]`, as Burn does (GPT-2's `Conv1D`): they are loaded and saved without the
     /// transpose that PyTorch's `nn.Linear` weights get.
     pub untransposed: Vec<String>,
+    /// Literal name prefixes `(checkpoint's, family's)` of a family member whose
+    /// checkpoints name what the family's tables already map, differently (RoBERTa's
+    /// `roberta.` and `lm_head.dense.` for BERT's `bert.` and
+    /// `cls.predictions.transform.dense.`). Each pair is written once and serves both
+    /// directions: loading translates a checkpoint name first (so `ignore` and `load`
+    /// see the family's names), saving translates back last.
+    pub dialect: Vec<(String, String)>,
 }
 
 impl KeyMap {
@@ -182,6 +190,43 @@ impl KeyMap {
         self.load.push((load.0.into(), load.1.into()));
         self.save.push((save.0.into(), save.1.into()));
         self
+    }
+
+    /// Adds [`Self::dialect`] pairs `(checkpoint prefix, family prefix)`, tried in order
+    /// when loading and in reverse order when saving, so that saving undoes loading.
+    pub fn dialect(mut self, pairs: &[(&str, &str)]) -> Self {
+        self.dialect
+            .extend(pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+        self
+    }
+
+    /// The load patterns: the dialect's, then [`Self::load`].
+    fn load_patterns(&self) -> Vec<(String, String)> {
+        self.dialect
+            .iter()
+            .map(|(theirs, ours)| (format!("^{}", regex::escape(theirs)), ours.clone()))
+            .chain(self.load.iter().cloned())
+            .collect()
+    }
+
+    /// The save patterns: [`Self::save`], then the dialect's backwards.
+    fn save_patterns(&self) -> Vec<(String, String)> {
+        let back = self
+            .dialect
+            .iter()
+            .rev()
+            .map(|(theirs, ours)| (format!("^{}", regex::escape(ours)), theirs.clone()));
+        self.save.iter().cloned().chain(back).collect()
+    }
+
+    /// A checkpoint name in the family's names: the dialect applied, nothing else.
+    pub fn family_name(&self, checkpoint_name: &str) -> String {
+        let pairs: Vec<(String, String)> = self
+            .dialect
+            .iter()
+            .map(|(theirs, ours)| (format!("^{}", regex::escape(theirs)), ours.clone()))
+            .collect();
+        rename(&Self::remapper(&pairs), checkpoint_name)
     }
 
     /// Drops checkpoint tensors whose names match `pattern`.
@@ -216,12 +261,12 @@ impl KeyMap {
 
     /// The checkpoint name of a module path.
     pub fn checkpoint_name(&self, module_path: &str) -> String {
-        rename(&Self::remapper(&self.save), module_path)
+        rename(&Self::remapper(&self.save_patterns()), module_path)
     }
 
     /// The module path of a checkpoint name.
     pub fn module_path(&self, checkpoint_name: &str) -> String {
-        rename(&Self::remapper(&self.load), checkpoint_name)
+        rename(&Self::remapper(&self.load_patterns()), checkpoint_name)
     }
 }
 
@@ -509,14 +554,17 @@ pub fn load_tensors<M: Module>(
         .collect();
     let kept: Vec<PackTensor> = tensors
         .into_values()
-        .filter(|t| !ignore.iter().any(|re| re.is_match(&t.name)))
+        .filter(|t| {
+            let name = map.family_name(&t.name);
+            !ignore.iter().any(|re| re.is_match(&name))
+        })
         .map(widen)
         .collect();
     let file_shapes: BTreeMap<String, Vec<usize>> = kept
         .iter()
         .map(|t| (t.name.clone(), t.shape.to_vec()))
         .collect();
-    let (renamed, names) = KeyMap::remapper(&map.load).remap(kept);
+    let (renamed, names) = KeyMap::remapper(&map.load_patterns()).remap(kept);
     // module path -> checkpoint name
     let original: BTreeMap<String, String> = names.into_iter().collect();
     let checkpoint_name = |module_path: &str| {
@@ -599,7 +647,7 @@ pub fn save_safetensors<M: Module>(
 ) -> Result<(), CheckpointError> {
     let mut store = SafetensorsStore::from_file(path)
         .with_to_adapter(map.adapter(Direction::ToPytorch))
-        .remap(KeyMap::remapper(&map.save))
+        .remap(KeyMap::remapper(&map.save_patterns()))
         .skip_enum_variants(true)
         .metadata("format", "pt")
         .overwrite(true);
@@ -703,4 +751,54 @@ pub fn cache_dir() -> PathBuf {
     }
     let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
     Path::new(&home).join(".cache").join("burn-model-zoo")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A family's tables with a member's dialect on top: every name maps to its module
+    /// path and back to itself, and the dialect's pairs that share a prefix
+    /// (`classifier.` inside `classifier.dense.`) do not capture each other's names.
+    #[test]
+    fn a_dialect_round_trips_through_the_family_tables() {
+        let map = KeyMap::new()
+            .tables(
+                &[
+                    (r"^bert\.pooler\.dense\.", "bert.pooler."),
+                    (r"\.LayerNorm\.", ".norm."),
+                ],
+                &[
+                    (r"^bert\.pooler\.", "bert.pooler.dense."),
+                    (r"\.norm\.", ".LayerNorm."),
+                ],
+            )
+            .dialect(&[
+                ("roberta.", "bert."),
+                ("classifier.dense.", "bert.pooler.dense."),
+                ("classifier.out_proj.", "classifier."),
+            ]);
+        for (name, path) in [
+            (
+                "roberta.embeddings.LayerNorm.weight",
+                "bert.embeddings.norm.weight",
+            ),
+            ("classifier.dense.weight", "bert.pooler.weight"),
+            ("classifier.out_proj.bias", "classifier.bias"),
+        ] {
+            assert_eq!(map.module_path(name), path);
+            assert_eq!(map.checkpoint_name(path), name);
+        }
+        assert_eq!(
+            map.family_name("classifier.dense.bias"),
+            "bert.pooler.dense.bias"
+        );
+        // Without the dialect the family's own names pass through unchanged.
+        let plain = KeyMap::new().tables(
+            &[(r"\.LayerNorm\.", ".norm.")],
+            &[(r"\.norm\.", ".LayerNorm.")],
+        );
+        assert_eq!(plain.family_name("roberta.x"), "roberta.x");
+        assert_eq!(plain.module_path("bert.LayerNorm.w"), "bert.norm.w");
+    }
 }

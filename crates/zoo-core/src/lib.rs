@@ -11,6 +11,8 @@
 //! - [`batch`]: the batch types the tasks consume;
 //! - [`checkpoint`]: HF checkpoints for every family: `config.json`, safetensors or
 //!   `pytorch_model.bin`, key maps, one report of every tensor that does not fit, saving;
+//! - [`registry`]: the rows each family registers its architectures with, and what a
+//!   loaded checkpoint of any family offers ([`Pretrained`]);
 //! - [`generate`]: logits processors, sampling and the decoding loop, and [`beam`]: beam
 //!   search, both shared by decoder-only and encoder-decoder models.
 //!
@@ -23,6 +25,7 @@ pub mod checkpoint;
 mod error;
 pub mod generate;
 pub mod model;
+pub mod registry;
 pub mod validate;
 
 pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
@@ -32,4 +35,8 @@ pub use error::{CoreError, ModelError};
 pub use generate::{Generation, GenerationConfig, generate};
 pub use model::{
     CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits, kept_rows,
+};
+pub use registry::{
+    Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
+    Pretrained, Task, TextGenerator, Translator,
 };

@@ -3,8 +3,8 @@
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
-    FeedForwardConfig, FfnActivation, MultiHeadAttentionConfig, NormKind, NormPlacement,
-    RopeLayout, TransformerBlockConfig,
+    FeedForwardConfig, FfnActivation, GateLayout, MultiHeadAttentionConfig, NormKind,
+    NormPlacement, RopeLayout, TransformerBlockConfig,
 };
 
 use crate::error::{DecoderError, Result};
@@ -54,6 +54,10 @@ pub struct DecoderConfig {
     /// MLP non-linearity. Default: GELU-tanh (GPT-2's `gelu_new`).
     #[config(default = "FfnActivation::GeluTanh")]
     pub activation: FfnActivation,
+    /// Where a gated MLP keeps its gate and up projections (Phi-3 fuses them). Default:
+    /// separate.
+    #[config(default = "GateLayout::Separate")]
+    pub gate_layout: GateLayout,
     /// Biases in attention and MLP. Default: true.
     #[config(default = true)]
     pub bias: bool,
@@ -163,6 +167,7 @@ impl DecoderConfig {
         }
         let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))
             .with_activation(self.activation)
+            .with_gate_layout(self.gate_layout)
             .with_bias(self.mlp_bias.unwrap_or(self.bias))
             .with_initializer(init);
         TransformerBlockConfig::new(attn, ffn)

@@ -9,8 +9,9 @@
 //! KV cache through [`zoo_core::generate()`].
 //!
 //! HF checkpoints (`GPT2LMHeadModel`, `LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`) load and save through [`pretrained`], and their `tokenizer.json`
-//! through [`LmTokenizer`].
+//! `Qwen2ForCausalLM`, and [`phi3`]'s `Phi3ForCausalLM` with fused QKV and gate-up
+//! projections) load and save through [`pretrained`], and their `tokenizer.json` through
+//! [`LmTokenizer`]. [`registry`] lists them as rows for `zoo-hub`'s `AutoModel`.
 #![warn(missing_docs)]
 
 pub mod bigram;
@@ -18,11 +19,15 @@ pub mod config;
 mod error;
 mod lm;
 pub mod model;
+pub mod phi3;
 pub mod pretrained;
+pub mod registry;
 mod tokenizer;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
-pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, MODEL_TYPES, TokenIds};
+pub use phi3::Phi3Config;
+pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, TokenIds};
+pub use registry::{ARCHITECTURES, PretrainedLm};
 pub use tokenizer::{LmTokenizer, TextStream};

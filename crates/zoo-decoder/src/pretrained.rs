@@ -37,6 +37,8 @@ use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
 use crate::model::DecoderLm;
+use crate::phi3::{self, Phi3Config};
+use crate::registry::ARCHITECTURES;
 
 fn yes() -> bool {
     true
@@ -187,12 +189,11 @@ pub enum HfDecoderConfig {
     Gpt2(Gpt2Config),
     /// `llama`, `mistral` or `qwen2`.
     Llama(LlamaConfig),
+    /// `phi3`.
+    Phi3(Phi3Config),
 }
 
-/// The `model_type`s this crate loads.
-pub const MODEL_TYPES: [&str; 4] = ["gpt2", "llama", "mistral", "qwen2"];
-
-fn unsupported(what: String) -> DecoderError {
+pub(crate) fn unsupported(what: String) -> DecoderError {
     DecoderError::Config(format!("unsupported checkpoint setting: {what}"))
 }
 
@@ -214,10 +215,12 @@ impl HfDecoderConfig {
         let cfg = match model_type.as_str() {
             "gpt2" => serde_json::from_value(json).map(Self::Gpt2),
             "llama" | "mistral" | "qwen2" => serde_json::from_value(json).map(Self::Llama),
+            phi3::MODEL_TYPE => serde_json::from_value(json).map(Self::Phi3),
             other => {
+                let known: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
                 return Err(bad(format!(
                     "model_type {other:?} is not a decoder this crate loads; it loads {}",
-                    MODEL_TYPES.join(", ")
+                    known.join(", ")
                 ))
                 .into());
             }
@@ -232,17 +235,22 @@ impl HfDecoderConfig {
         match self {
             Self::Gpt2(_) => "gpt2",
             Self::Llama(c) => &c.model_type,
+            Self::Phi3(_) => phi3::MODEL_TYPE,
         }
     }
 
     /// HF's architecture name of the causal LM.
     pub fn architecture(&self) -> &'static str {
-        match self.model_type() {
-            "gpt2" => "GPT2LMHeadModel",
-            "mistral" => "MistralForCausalLM",
-            "qwen2" => "Qwen2ForCausalLM",
-            _ => "LlamaForCausalLM",
-        }
+        Self::architecture_of(self.model_type()).unwrap_or("LlamaForCausalLM")
+    }
+
+    /// HF's architecture name of a `model_type`'s causal LM, from the family's registry
+    /// rows.
+    pub fn architecture_of(model_type: &str) -> Option<&'static str> {
+        ARCHITECTURES
+            .iter()
+            .find(|a| a.model_type == model_type)
+            .map(|a| a.name)
     }
 
     /// The end-of-text tokens, where the config names them.
@@ -250,6 +258,7 @@ impl HfDecoderConfig {
         let eos = match self {
             Self::Gpt2(c) => &c.eos_token_id,
             Self::Llama(c) => &c.eos_token_id,
+            Self::Phi3(c) => &c.eos_token_id,
         };
         eos.as_ref().map(TokenIds::ids).unwrap_or_default()
     }
@@ -258,6 +267,7 @@ impl HfDecoderConfig {
         match self {
             Self::Gpt2(c) => c.tie_word_embeddings,
             Self::Llama(c) => c.tie_word_embeddings,
+            Self::Phi3(c) => c.tie_word_embeddings,
         }
     }
 
@@ -270,6 +280,7 @@ impl HfDecoderConfig {
         let cfg = match self {
             Self::Gpt2(c) => gpt2_decoder(c)?,
             Self::Llama(c) => llama_decoder(c)?,
+            Self::Phi3(c) => c.decoder()?,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -282,7 +293,7 @@ impl HfDecoderConfig {
                 // Old checkpoints keep the causal mask as a buffer.
                 .ignore(r"\.attn\.(bias|masked_bias)$")
                 .untransposed(r"^layers\.\d+\.(self_attn|mlp)\.[a-z_]+\.weight$"),
-            Self::Llama(_) => KeyMap::new()
+            Self::Llama(_) | Self::Phi3(_) => KeyMap::new()
                 .tables(&LLAMA_LOAD, &LLAMA_SAVE)
                 .ignore(r"\.rotary_emb\.inv_freq$"),
         };
@@ -309,9 +320,18 @@ fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
     )
 }
 
-fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
+/// The RoPE base of a Llama-style config: from `rope_parameters` (recent configs), else
+/// the top-level `rope_theta`, else 10000.
+///
+/// # Errors
+/// A RoPE type or scaling other than the default, which the zoo does not implement.
+pub(crate) fn rope_theta(
+    parameters: Option<&RopeParameters>,
+    scaling: Option<&Value>,
+    theta: Option<f64>,
+) -> Result<f64> {
     let default = |t: Option<&String>| t.is_none_or(|t| t == "default");
-    if let Some(p) = &c.rope_parameters
+    if let Some(p) = parameters
         && !default(p.rope_type.as_ref())
     {
         return Err(unsupported(format!(
@@ -319,7 +339,7 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
             p.rope_type.as_deref().unwrap_or_default()
         )));
     }
-    if let Some(s) = c.rope_scaling.as_ref().filter(|s| !s.is_null()) {
+    if let Some(s) = scaling.filter(|s| !s.is_null()) {
         let kind = s
             .get("rope_type")
             .or_else(|| s.get("type"))
@@ -329,12 +349,18 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
             return Err(unsupported(format!("rope_scaling {s}")));
         }
     }
-    let theta = c
-        .rope_parameters
-        .as_ref()
+    Ok(parameters
         .and_then(|p| p.rope_theta)
-        .or(c.rope_theta)
-        .unwrap_or(10000.0);
+        .or(theta)
+        .unwrap_or(10000.0))
+}
+
+fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
+    let theta = rope_theta(
+        c.rope_parameters.as_ref(),
+        c.rope_scaling.as_ref(),
+        c.rope_theta,
+    )?;
     let activation = match c.hidden_act {
         HiddenAct::Silu => FfnActivation::SwiGlu,
         HiddenAct::GeluTanh => FfnActivation::GeGlu,
@@ -513,6 +539,9 @@ impl DecoderLm {
             }
             HfDecoderConfig::Llama(c) => {
                 checkpoint::write_config(dir, c, config.model_type(), config.architecture())?
+            }
+            HfDecoderConfig::Phi3(c) => {
+                checkpoint::write_config(dir, c, phi3::MODEL_TYPE, config.architecture())?
             }
         }
         Ok(())

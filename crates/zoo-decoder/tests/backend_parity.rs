@@ -38,6 +38,12 @@ fn models(device: &Device) -> Vec<(&'static str, DecoderLm)> {
             "mistral-style",
             DecoderConfig::tiny_llama(23, 32).with_sliding_window(Some(4)),
         ),
+        (
+            "phi3-style",
+            DecoderConfig::tiny_llama(23, 32)
+                .with_fused_qkv(true)
+                .with_gate_layout(zoo_attention::GateLayout::Fused),
+        ),
     ]
     .into_iter()
     .map(|(name, cfg)| (name, cfg.with_init_std(0.3).init(device).unwrap()))

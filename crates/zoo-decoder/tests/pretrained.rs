@@ -1,6 +1,7 @@
 //! HF checkpoints against `transformers`: tiny random-weight GPT-2 (3 heads), Llama (GQA
 //! 8 over 2, rope_theta 5000, untied head), Mistral (a window of 4 under 10-token inputs)
-//! and Qwen2 (QKV biases, tied head), written by `cargo xtask fixtures` with tokenizers
+//! Qwen2 (QKV biases, tied head) and Phi-3 (fused QKV over 6 query and 2 KV heads, a fused
+//! gate-up MLP, a window of 6), written by `cargo xtask fixtures` with tokenizers
 //! trained on the shipped Shakespeare text. Logits agree within 1e-4 on the backend under
 //! test, greedy generation gives HF's token ids, and the tokenizers give Python's ids.
 //! Then sharded and bf16 files, saving bit for bit, and checkpoints that do not fit.
@@ -14,7 +15,13 @@ use zoo_decoder::{DecoderInput, DecoderLm, HfDecoderConfig, LmTokenizer, TextStr
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 
-const MODELS: [&str; 4] = ["gpt2-tiny", "llama-tiny", "mistral-tiny", "qwen2-tiny"];
+const MODELS: [&str; 5] = [
+    "gpt2-tiny",
+    "llama-tiny",
+    "mistral-tiny",
+    "qwen2-tiny",
+    "phi3-tiny",
+];
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -117,6 +124,22 @@ fn the_fixtures_exercise_what_they_claim() {
     let attn = &qwen.layers[0].self_attn;
     assert!(attn.q_proj.as_ref().unwrap().bias.is_some());
     assert!(attn.o_proj.bias.is_none() && qwen.lm_head.is_none());
+    let phi3 = DecoderLm::from_pretrained(fixture("phi3-tiny"), &device).unwrap();
+    let layer = &phi3.layers[0];
+    assert_eq!(
+        (layer.self_attn.n_heads(), layer.self_attn.n_kv_heads()),
+        (6, 2)
+    );
+    // One [48, (6 + 2·2)·8] QKV matrix and one [48, 2·56] gate-up matrix, no biases.
+    let qkv = layer.self_attn.qkv_proj.as_ref().unwrap();
+    assert_eq!(qkv.weight.dims(), [48, 80]);
+    assert!(qkv.bias.is_none());
+    let zoo_attention::FeedForward::FusedGated(mlp) = &layer.mlp else {
+        panic!("phi3's MLP is not the fused-gated form")
+    };
+    assert_eq!(mlp.gate_up_proj.weight.dims(), [48, 112]);
+    assert!(phi3.lm_head.is_some() && phi3.sliding_window() == Some(6));
+    assert!(expected("phi3-tiny").input_ids[0].len() > 6);
 }
 
 #[test]
@@ -298,7 +321,7 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.ends_with("model_type \"gpt_neox\" is not a decoder this crate loads; it loads gpt2, llama, mistral, qwen2"),
+        e.ends_with("model_type \"gpt_neox\" is not a decoder this crate loads; it loads gpt2, llama, mistral, qwen2, phi3"),
         "{e}"
     );
     std::fs::remove_file(dir.join("config.json")).unwrap();

@@ -154,7 +154,8 @@ impl BertConfig {
                     self.position_embedding_type
                 ));
             }
-            validate::model_type(self.model_type.as_deref(), "bert", "BERT")?;
+            let layout = crate::pretrained::layout(self.model_type.as_deref());
+            validate::model_type(self.model_type.as_deref(), layout.model_type, "BERT")?;
             validate::divisible(
                 ("hidden_size", self.hidden_size),
                 ("num_attention_heads", self.num_attention_heads),
@@ -163,6 +164,15 @@ impl BertConfig {
                 return Err(format!(
                     "pad_token_id {} is out of range for vocab_size {}",
                     self.pad_token_id, self.vocab_size
+                ));
+            }
+            if layout.positions == crate::model::PositionIds::AfterPadding
+                && self.pad_token_id + 1 >= self.max_position_embeddings
+            {
+                return Err(format!(
+                    "max_position_embeddings {} leaves no position for a token: positions \
+                     start after pad_token_id {}",
+                    self.max_position_embeddings, self.pad_token_id
                 ));
             }
             validate::epsilon("layer_norm_eps", self.layer_norm_eps)?;

@@ -9,6 +9,9 @@
 //!   layers are composed here from `zoo-attention`'s parts, and the pooler;
 //! - heads: [`BertForMaskedLm`] (the transform and a decoder tied to the word embeddings),
 //!   [`BertForSequenceClassification`], [`BertForTokenClassification`];
+//! - [`roberta`]: RoBERTa, the same modules with positions after the padding id and its
+//!   own checkpoint names (a [`pretrained::Layout`]);
+//! - [`registry`]: the family's rows for `zoo-hub`'s `AutoModel`;
 //! - [`pretrained`]: `from_pretrained(dir)` / `save_pretrained(dir)` for HF checkpoints
 //!   (`config.json` with `model.safetensors` or `pytorch_model.bin`, bare `BertModel` keys or
 //!   `bert.`-prefixed head keys), through `zoo-core`'s shared loader, which names every
@@ -28,6 +31,8 @@ mod error;
 pub mod mlm;
 pub mod model;
 pub mod pretrained;
+pub mod registry;
+pub mod roberta;
 pub mod sentence;
 pub mod tokenizer;
 
@@ -36,7 +41,7 @@ pub use error::{EncoderError, Result};
 pub use mlm::{MaskedBatch, MaskingConfig, mask_tokens};
 pub use model::{
     BertEmbeddings, BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification,
-    BertLayer, BertModel, EncoderInput, EncoderOutput,
+    BertLayer, BertModel, EncoderInput, EncoderOutput, PositionIds,
 };
-pub use sentence::{Pooling, PoolingConfig, SentenceEncoder};
+pub use sentence::{Pooling, PoolingConfig, PoolingModes, SentenceEncoder};
 pub use tokenizer::{BertTokenizer, Encoding, TokenBatch};

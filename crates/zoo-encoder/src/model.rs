@@ -17,6 +17,18 @@ use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits, kept_row
 use crate::config::{BertConfig, HiddenAct};
 use crate::error::{EncoderError, Result};
 
+/// Where an encoder's position ids start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionIds {
+    /// `0..T` (BERT).
+    FromZero,
+    /// Counted over the non-padding tokens from `pad_token_id + 1`, with every padding
+    /// token at `pad_token_id` (RoBERTa; HF's `create_position_ids_from_input_ids`). The
+    /// first `pad_token_id + 1` rows of the position table are then never a real
+    /// token's.
+    AfterPadding,
+}
+
 /// Word, position and token-type embeddings, summed, then LayerNorm and dropout.
 #[derive(Module, Debug)]
 pub struct BertEmbeddings {
@@ -264,9 +276,34 @@ impl BertModel {
         &self.config
     }
 
-    /// Longest input.
+    /// How its position ids are counted (from its `model_type`'s layout).
+    pub fn position_ids(&self) -> PositionIds {
+        crate::pretrained::layout(self.config.model_type.as_deref()).positions
+    }
+
+    /// The position id of every token, `[B, T]` -> `[B, T]`, as [`Self::position_ids`]
+    /// counts them.
+    pub fn positions(&self, tokens: &Tensor<2, Int>) -> Tensor<2, Int> {
+        let [b, t] = tokens.dims();
+        match self.position_ids() {
+            PositionIds::FromZero => Tensor::<1, Int>::arange(0..t as i64, &tokens.device())
+                .reshape([1, t])
+                .expand([b, t]),
+            PositionIds::AfterPadding => {
+                let pad = self.config.pad_token_id as i64;
+                let real = tokens.clone().not_equal_elem(pad).int(); // [B, T]
+                real.clone().cumsum(1) * real + pad
+            }
+        }
+    }
+
+    /// Longest input: the position table's rows, less those that no real token takes.
     pub fn max_len(&self) -> usize {
-        self.embeddings.position_embeddings.weight.dims()[0]
+        let rows = self.embeddings.position_embeddings.weight.dims()[0];
+        match self.position_ids() {
+            PositionIds::FromZero => rows,
+            PositionIds::AfterPadding => rows.saturating_sub(self.config.pad_token_id + 1),
+        }
     }
 
     /// Model width.
@@ -344,9 +381,7 @@ impl BertModel {
         let [b, t] = input.tokens.dims();
         let device = input.tokens.device();
         let e = &self.embeddings;
-        let positions = Tensor::<1, Int>::arange(0..t as i64, &device)
-            .reshape([1, t])
-            .expand([b, t]);
+        let positions = self.positions(&input.tokens);
         let types = input
             .token_types
             .unwrap_or_else(|| Tensor::zeros([b, t], &device));

@@ -6,6 +6,11 @@
 //! Both layouts load: bare (`BertModel`: `embeddings.…`, `encoder.layer.N.…`) and
 //! prefixed with `bert.` (`BertForMaskedLM`, `BertForSequenceClassification`, …). A head
 //! checkpoint loads into [`BertModel`] without its head, as in HF.
+//!
+//! Other members of the family ([`crate::roberta`]) are a [`Layout`]: their class
+//! names, their position ids, and the prefixes where their checkpoint names differ from
+//! BERT's, written once as pairs that serve loading and saving (`KeyMap::dialect`).
+//! `config.json`'s `model_type` picks the layout.
 
 use std::path::Path;
 
@@ -17,7 +22,46 @@ use crate::config::BertConfig;
 use crate::error::Result;
 use crate::model::{
     BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
+    PositionIds,
 };
+
+/// How a member of the BERT family names its checkpoints and counts its positions.
+#[derive(Debug)]
+pub struct Layout {
+    /// `config.json`'s `model_type`.
+    pub model_type: &'static str,
+    /// HF's class names of the bare encoder, the masked LM, and the sequence and token
+    /// classifiers.
+    pub architectures: [&'static str; 4],
+    /// `(checkpoint prefix, BERT's prefix)` where its names differ from BERT's.
+    pub dialect: &'static [(&'static str, &'static str)],
+    /// More such pairs, for the sequence classifier alone (tried after `dialect`).
+    pub sequence_classifier: &'static [(&'static str, &'static str)],
+    /// Where its position ids start.
+    pub positions: PositionIds,
+}
+
+/// BERT's own layout (Devlin et al., 2019; HF `models/bert/modeling_bert.py`).
+pub const BERT: Layout = Layout {
+    model_type: "bert",
+    architectures: [
+        "BertModel",
+        "BertForMaskedLM",
+        "BertForSequenceClassification",
+        "BertForTokenClassification",
+    ],
+    dialect: &[],
+    sequence_classifier: &[],
+    positions: PositionIds::FromZero,
+};
+
+/// The layout of a `config.json`'s `model_type`: BERT's unless another member's.
+pub fn layout(model_type: Option<&str>) -> &'static Layout {
+    [&crate::roberta::LAYOUT]
+        .into_iter()
+        .find(|l| Some(l.model_type) == model_type)
+        .unwrap_or(&BERT)
+}
 
 /// HF names to module paths, the same inside the `bert.` prefix or bare.
 const LOAD: [(&str, &str); 10] = [
@@ -108,17 +152,18 @@ enum Target {
 }
 
 impl Target {
-    fn architecture(self) -> &'static str {
-        match self {
-            Self::Base => "BertModel",
-            Self::MaskedLm => "BertForMaskedLM",
-            Self::SequenceClassification => "BertForSequenceClassification",
-            Self::TokenClassification => "BertForTokenClassification",
-        }
+    fn architecture(self, layout: &Layout) -> &'static str {
+        layout.architectures[self as usize]
     }
 
-    fn key_map(self) -> KeyMap {
-        let mut map = KeyMap::new().ignore(r"(^|\.)position_ids$");
+    fn key_map(self, layout: &Layout) -> KeyMap {
+        // The classifier's pairs come last, so that saving undoes them first, before
+        // `bert.` becomes the member's prefix.
+        let mut map = KeyMap::new().dialect(layout.dialect);
+        if self == Self::SequenceClassification {
+            map = map.dialect(layout.sequence_classifier);
+        }
+        let mut map = map.ignore(r"(^|\.)position_ids$");
         // The layout: a bare checkpoint into a head model, or a prefixed one into the base.
         map.load.push(match self {
             Self::Base => (r"^bert\.".into(), String::new()),
@@ -170,11 +215,12 @@ fn load_classifier<M: Module>(
 ) -> Result<M> {
     let cfg = read_config(dir)?;
     let n = checkpoint::num_labels(dir, &cfg.labels())?;
-    load(build(&cfg, n, device)?, dir, target)
+    load(build(&cfg, n, device)?, &cfg, dir, target)
 }
 
-fn load<M: Module>(mut model: M, dir: &Path, target: Target) -> Result<M> {
-    checkpoint::load_into(&mut model, dir, &target.key_map())?;
+fn load<M: Module>(mut model: M, cfg: &BertConfig, dir: &Path, target: Target) -> Result<M> {
+    let layout = layout(cfg.model_type.as_deref());
+    checkpoint::load_into(&mut model, dir, &target.key_map(layout))?;
     Ok(model)
 }
 
@@ -197,17 +243,25 @@ fn save<M: Module>(
         path: dir.to_path_buf(),
         message: e.to_string(),
     };
+    let layout = layout(cfg.model_type.as_deref());
     std::fs::create_dir_all(dir).map_err(io)?;
-    checkpoint::save_safetensors(model, &dir.join("model.safetensors"), &target.key_map())?;
-    checkpoint::write_config(dir, &cfg, "bert", target.architecture())?;
+    checkpoint::save_safetensors(
+        model,
+        &dir.join("model.safetensors"),
+        &target.key_map(layout),
+    )?;
+    checkpoint::write_config(dir, &cfg, layout.model_type, target.architecture(layout))?;
     Ok(())
 }
 
-/// Whether the checkpoint in `dir` has pooler weights (bare or prefixed).
-fn has_pooler(dir: &Path) -> Result<bool> {
+/// Whether the checkpoint in `dir` has pooler weights (bare or prefixed), its names read
+/// as BERT's.
+fn has_pooler(dir: &Path, cfg: &BertConfig) -> Result<bool> {
+    let map = KeyMap::new().dialect(layout(cfg.model_type.as_deref()).dialect);
     let tensors = WeightsFile::find(dir)?.tensors()?;
     Ok(tensors
         .keys()
+        .map(|k| map.family_name(k))
         .any(|k| k == "pooler.dense.weight" || k == "bert.pooler.dense.weight"))
 }
 
@@ -222,7 +276,12 @@ impl BertModel {
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
         let cfg = read_config(dir)?;
-        load(cfg.init(has_pooler(dir)?, device)?, dir, Target::Base)
+        load(
+            cfg.init(has_pooler(dir, &cfg)?, device)?,
+            &cfg,
+            dir,
+            Target::Base,
+        )
     }
 
     /// Writes the model as an HF `BertModel` checkpoint folder.
@@ -243,7 +302,7 @@ impl BertForMaskedLm {
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
         let cfg = read_config(dir)?;
-        load(Self::new(&cfg, device)?, dir, Target::MaskedLm)
+        load(Self::new(&cfg, device)?, &cfg, dir, Target::MaskedLm)
     }
 
     /// Writes the model as an HF `BertForMaskedLM` checkpoint folder. The decoder weight

@@ -25,11 +25,27 @@ pub enum Pooling {
     MeanSqrtLen,
 }
 
-/// `1_Pooling/config.json`, with sentence-transformers' field names.
+/// The `pooling_mode` of recent sentence-transformers (6.x): one mode's name or several.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PoolingModes {
+    /// `"mean"`.
+    One(String),
+    /// `["cls", "mean"]`, concatenated in this order.
+    Many(Vec<String>),
+}
+
+/// `1_Pooling/config.json`, with sentence-transformers' field names: the boolean
+/// `pooling_mode_*` keys of older releases, or `pooling_mode` and `embedding_dimension`
+/// as 6.x writes them.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct PoolingConfig {
-    /// Width of the token states.
+    /// Width of the token states (6.x: `embedding_dimension`).
+    #[serde(alias = "embedding_dimension")]
     pub word_embedding_dimension: usize,
+    /// The modes by name (6.x); when present, the boolean keys are not read.
+    #[serde(default)]
+    pub pooling_mode: Option<PoolingModes>,
     /// `[CLS]` pooling.
     #[serde(default)]
     pub pooling_mode_cls_token: bool,
@@ -56,6 +72,28 @@ impl PoolingConfig {
     /// # Errors
     /// No mode, or a mode this crate does not build.
     pub fn modes(&self) -> Result<Vec<Pooling>> {
+        if let Some(named) = &self.pooling_mode {
+            let names = match named {
+                PoolingModes::One(name) => std::slice::from_ref(name),
+                PoolingModes::Many(names) => names.as_slice(),
+            };
+            if names.is_empty() {
+                return Err(EncoderError::Config("no pooling mode is on".into()));
+            }
+            return names
+                .iter()
+                .map(|name| match name.as_str() {
+                    "cls" => Ok(Pooling::Cls),
+                    "max" => Ok(Pooling::Max),
+                    "mean" => Ok(Pooling::Mean),
+                    "mean_sqrt_len_tokens" => Ok(Pooling::MeanSqrtLen),
+                    other => Err(EncoderError::Config(format!(
+                        "pooling mode {other:?} is not supported (cls, max, mean and \
+                         mean_sqrt_len_tokens are)"
+                    ))),
+                })
+                .collect();
+        }
         for (on, name) in [
             (self.pooling_mode_weightedmean_tokens, "weightedmean_tokens"),
             (self.pooling_mode_lasttoken, "lasttoken"),
@@ -263,5 +301,37 @@ impl SentenceEncoder {
             .map(|chunk| self.embed_batch(&self.tokenizer.encode_batch(chunk)?, device))
             .collect::<Result<Vec<_>>>()?;
         Ok(Tensor::cat(parts, 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn modes(json: &str) -> Result<Vec<Pooling>> {
+        serde_json::from_str::<PoolingConfig>(json).unwrap().modes()
+    }
+
+    /// Both layouts of `1_Pooling/config.json`: the boolean keys (all-MiniLM-L6-v2's) and
+    /// 6.x's `pooling_mode` by name, in the order given.
+    #[test]
+    fn pooling_configs_of_old_and_new_sentence_transformers_read_alike() {
+        let old = r#"{"word_embedding_dimension": 8, "pooling_mode_cls_token": true,
+            "pooling_mode_mean_tokens": true}"#;
+        assert_eq!(modes(old).unwrap(), [Pooling::Cls, Pooling::Mean]);
+        let new = r#"{"embedding_dimension": 8, "pooling_mode": "mean", "include_prompt": true}"#;
+        let cfg: PoolingConfig = serde_json::from_str(new).unwrap();
+        assert_eq!(cfg.word_embedding_dimension, 8);
+        assert_eq!(cfg.modes().unwrap(), [Pooling::Mean]);
+        let two = r#"{"embedding_dimension": 8, "pooling_mode": ["max", "cls"]}"#;
+        assert_eq!(modes(two).unwrap(), [Pooling::Max, Pooling::Cls]);
+        let e = modes(r#"{"embedding_dimension": 8, "pooling_mode": "lasttoken"}"#).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("pooling mode \"lasttoken\" is not supported"),
+            "{e}"
+        );
+        let e = modes(r#"{"embedding_dimension": 8, "pooling_mode": []}"#).unwrap_err();
+        assert!(e.to_string().contains("no pooling mode is on"), "{e}");
     }
 }

@@ -16,6 +16,7 @@ pub mod generate;
 pub mod marian;
 pub mod model;
 pub mod pretrained;
+pub mod registry;
 pub mod t5;
 
 pub use config::{MarianConfig, SinusoidLayout, T5Config, TokenIds};

@@ -24,6 +24,7 @@ pub mod image;
 pub mod interpolate;
 pub mod model;
 pub mod pretrained;
+pub mod registry;
 
 pub use config::{Pooling, ViTConfig};
 pub use error::{Result, VisionError};

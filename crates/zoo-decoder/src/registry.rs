@@ -1,0 +1,131 @@
+//! The decoder family's rows in the registry (`zoo_hub::AutoModel` reads them), and its
+//! checkpoints as `zoo-core`'s [`Pretrained`] with a [`TextGenerator`].
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use zoo_core::registry::{ForwardInput, NamedOutput, Pretrained, Task, TextGenerator, named};
+use zoo_core::{Architecture, BeamConfig, BeamOutput, CoreError, Generation, GenerationConfig};
+use zoo_core::{ModelError, beam_search, generate};
+
+use crate::model::{DecoderInput, DecoderLm};
+use crate::pretrained::HfDecoderConfig;
+
+/// The forward arguments a causal LM takes.
+pub(crate) const INPUTS: &[&str] = &["input_ids", "attention_mask"];
+/// A causal LM generates.
+pub(crate) const TASKS: &[Task] = &[Task::Generate];
+
+const fn causal_lm(model_type: &'static str, name: &'static str) -> Architecture {
+    Architecture {
+        model_type,
+        name,
+        inputs: INPUTS,
+        tasks: TASKS,
+        load: load_causal_lm,
+    }
+}
+
+/// Every architecture the family loads, in the order the supported ones are listed.
+pub const ARCHITECTURES: &[Architecture] = &[
+    causal_lm("gpt2", "GPT2LMHeadModel"),
+    causal_lm("llama", "LlamaForCausalLM"),
+    causal_lm("mistral", "MistralForCausalLM"),
+    causal_lm("qwen2", "Qwen2ForCausalLM"),
+    causal_lm(crate::phi3::MODEL_TYPE, crate::phi3::ARCHITECTURE),
+];
+
+/// A causal-LM checkpoint with its HF config.
+#[derive(Debug)]
+pub struct PretrainedLm {
+    /// The model.
+    pub model: DecoderLm,
+    /// Its `config.json`.
+    pub config: HfDecoderConfig,
+}
+
+impl PretrainedLm {
+    /// Loads a causal-LM folder.
+    ///
+    /// # Errors
+    /// See [`DecoderLm::from_pretrained`].
+    pub fn from_pretrained(dir: &Path, device: &Device) -> crate::Result<Self> {
+        Ok(Self {
+            config: HfDecoderConfig::from_pretrained(dir)?,
+            model: DecoderLm::from_pretrained(dir, device)?,
+        })
+    }
+}
+
+fn load_causal_lm(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    Ok(Box::new(
+        PretrainedLm::from_pretrained(dir, device).map_err(ModelError::new)?,
+    ))
+}
+
+impl Pretrained for PretrainedLm {
+    fn num_params(&self) -> usize {
+        self.model.num_params()
+    }
+
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let rows = input.ids()?.to_ids()?;
+        let mut x = DecoderInput::from_ids(&rows, device).map_err(ModelError::new)?;
+        if let Some(m) = &input.attention_mask {
+            x = x.key_padding(m.to_padding(device));
+        }
+        let out = self.model.forward(x).map_err(ModelError::new)?;
+        Ok(vec![named("logits", out.logits)?])
+    }
+
+    fn generator(&self) -> Option<&dyn TextGenerator> {
+        Some(self)
+    }
+}
+
+impl TextGenerator for PretrainedLm {
+    fn stop_tokens(&self) -> Vec<usize> {
+        self.config.eos_token_ids()
+    }
+
+    fn generate(
+        &self,
+        prompts: &[Vec<usize>],
+        cfg: &GenerationConfig,
+        on_token: &mut dyn FnMut(usize, usize),
+    ) -> Result<Generation, CoreError> {
+        generate(&self.model, prompts, cfg, on_token)
+    }
+
+    fn beam_search(
+        &self,
+        prompts: &[Vec<usize>],
+        cfg: &BeamConfig,
+    ) -> Result<BeamOutput, CoreError> {
+        beam_search(&self.model, prompts, cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_names_a_model_type_the_config_reader_takes() {
+        let types: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
+        assert_eq!(types, ["gpt2", "llama", "mistral", "qwen2", "phi3"]);
+        for a in ARCHITECTURES {
+            assert!(
+                a.serves(Task::Generate) && !a.serves(Task::Classify),
+                "{a:?}"
+            );
+            assert_eq!(HfDecoderConfig::architecture_of(a.model_type), Some(a.name));
+        }
+        assert_eq!(HfDecoderConfig::architecture_of("bert"), None);
+    }
+}

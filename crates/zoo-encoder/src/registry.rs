@@ -1,0 +1,201 @@
+//! The encoder family's rows in the registry, BERT's and RoBERTa's (`zoo_hub::AutoModel`
+//! reads them), and its checkpoints as `zoo-core`'s [`Pretrained`]; the sequence
+//! classifier is also a [`Classifier`] of texts, through the folder's tokenizer.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::tensor::Device;
+use zoo_core::ModelError;
+use zoo_core::registry::{
+    Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Loader, Modality, NamedOutput,
+    Pretrained, Task, named,
+};
+
+use crate::model::{
+    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
+    EncoderInput,
+};
+use crate::pretrained::{BERT, Layout};
+use crate::roberta;
+use crate::tokenizer::BertTokenizer;
+
+const INPUTS: &[&str] = &["input_ids", "attention_mask", "token_type_ids"];
+
+/// The rows of one member of the family: the bare encoder, the masked LM, the sequence
+/// classifier and the token classifier. The loaders are BERT's for every member: they
+/// read `config.json`'s `model_type` and take its [`Layout`].
+const fn rows(layout: &'static Layout) -> [Architecture; 4] {
+    const fn row(
+        layout: &'static Layout,
+        index: usize,
+        tasks: &'static [Task],
+        load: Loader,
+    ) -> Architecture {
+        Architecture {
+            model_type: layout.model_type,
+            name: layout.architectures[index],
+            inputs: INPUTS,
+            tasks,
+            load,
+        }
+    }
+    [
+        row(layout, 0, &[], load_base),
+        row(layout, 1, &[], load_masked_lm),
+        row(layout, 2, &[Task::Classify], load_sequence_classifier),
+        row(layout, 3, &[], load_token_classifier),
+    ]
+}
+
+/// Every architecture the family loads; the first of a `model_type` is what a
+/// `config.json` without `architectures` gets. RoBERTa's token classifier is left out
+/// until a fixture checks it.
+pub const ARCHITECTURES: &[Architecture] = &{
+    let [b0, b1, b2, b3] = rows(&BERT);
+    let [r0, r1, r2, _] = rows(&roberta::LAYOUT);
+    [b0, b1, b2, b3, r0, r1, r2]
+};
+
+fn load_base(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    boxed(BertModel::from_pretrained(dir, device))
+}
+
+fn load_masked_lm(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    boxed(BertForMaskedLm::from_pretrained(dir, device))
+}
+
+fn load_sequence_classifier(
+    dir: &Path,
+    device: &Device,
+) -> Result<Box<dyn Pretrained>, ModelError> {
+    let model =
+        BertForSequenceClassification::from_pretrained(dir, device).map_err(ModelError::new)?;
+    Ok(Box::new(TextClassifier {
+        model,
+        dir: dir.to_path_buf(),
+    }))
+}
+
+fn load_token_classifier(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    boxed(BertForTokenClassification::from_pretrained(dir, device))
+}
+
+fn boxed<M: Pretrained + 'static>(
+    model: crate::Result<M>,
+) -> Result<Box<dyn Pretrained>, ModelError> {
+    Ok(Box::new(model.map_err(ModelError::new)?))
+}
+
+/// HF's BERT arguments as the zoo's input.
+fn encoder_input(input: &ForwardInput, device: &Device) -> Result<EncoderInput, ModelError> {
+    let mut x = EncoderInput::new(input.ids()?.to_tensor(device));
+    if let Some(t) = &input.token_type_ids {
+        x = x.token_types(t.to_tensor(device));
+    }
+    if let Some(m) = &input.attention_mask {
+        x = x.padding(m.to_padding(device));
+    }
+    Ok(x)
+}
+
+impl Pretrained for BertModel {
+    fn num_params(&self) -> usize {
+        Module::num_params(self)
+    }
+
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let out =
+            BertModel::forward(self, encoder_input(input, device)?).map_err(ModelError::new)?;
+        let mut v = vec![named("last_hidden_state", out.hidden)?];
+        if let Some(p) = out.pooled {
+            v.push(named("pooler_output", p)?);
+        }
+        Ok(v)
+    }
+}
+
+/// The heads whose one output is `logits`.
+macro_rules! logits_head {
+    ($($model:ty),*) => {$(
+        impl Pretrained for $model {
+            fn num_params(&self) -> usize {
+                Module::num_params(self)
+            }
+
+            fn forward(
+                &self,
+                input: &ForwardInput,
+                device: &Device,
+            ) -> Result<Vec<NamedOutput>, ModelError> {
+                let logits = <$model>::forward(self, encoder_input(input, device)?)
+                    .map_err(ModelError::new)?;
+                Ok(vec![named("logits", logits)?])
+            }
+        }
+    )*};
+}
+
+logits_head!(
+    BertForMaskedLm,
+    BertForSequenceClassification,
+    BertForTokenClassification
+);
+
+/// A sequence classifier (BERT's or RoBERTa's) with the folder its tokenizer is read
+/// from.
+#[derive(Debug)]
+pub struct TextClassifier {
+    /// The model.
+    pub model: BertForSequenceClassification,
+    /// The checkpoint folder.
+    pub dir: PathBuf,
+}
+
+impl Pretrained for TextClassifier {
+    fn num_params(&self) -> usize {
+        Pretrained::num_params(&self.model)
+    }
+
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        Pretrained::forward(&self.model, input, device)
+    }
+
+    fn classifier(&self) -> Option<&dyn Classifier> {
+        Some(self)
+    }
+}
+
+impl Classifier for TextClassifier {
+    fn modality(&self) -> Modality {
+        Modality::Text
+    }
+
+    fn classify(&self, input: ClassifyInput<'_>, device: &Device) -> Result<Classes, ModelError> {
+        let ClassifyInput::Text(text) = input else {
+            return Err(ModelError::msg(
+                "a sequence classifier classifies text, not images",
+            ));
+        };
+        let bert = &self.model.bert;
+        let tokenizer =
+            BertTokenizer::from_pretrained(&self.dir, bert.max_len()).map_err(ModelError::new)?;
+        let batch = tokenizer.encode_batch(&[text]).map_err(ModelError::new)?;
+        let logits = self
+            .model
+            .forward(batch.to_input(device))
+            .map_err(ModelError::new)?;
+        Ok(Classes {
+            logits,
+            labels: bert.config().labels(),
+        })
+    }
+}

@@ -1,0 +1,203 @@
+//! `AutoModel` over every family's committed `transformers` fixtures, on the backend
+//! under test: each registered architecture is found from its folder's `config.json`,
+//! offers exactly the capabilities its row declares, and runs through the registry's
+//! type-erased path with the numbers of the family's own API.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use zoo_core::registry::{ForwardInput, IntMatrix, Task};
+use zoo_core::{BeamConfig, GenerationConfig};
+use zoo_device::test_device;
+use zoo_device::testing::max_abs_diff_slices;
+use zoo_hub::{AutoModel, Detected, HubError, architectures};
+
+/// Registered architectures that no committed fixture holds yet.
+const WITHOUT_FIXTURE: [&str; 1] = ["BertForTokenClassification"];
+
+fn fixtures() -> Vec<PathBuf> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = Vec::new();
+    for family in ["zoo-decoder", "zoo-encoder", "zoo-vision", "zoo-seq2seq"] {
+        let root = crates.join(family).join("tests/fixtures");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("config.json").is_file())
+            .collect();
+        dirs.sort();
+        out.extend(dirs);
+    }
+    out
+}
+
+fn expected(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
+}
+
+fn rows(v: &Value) -> Vec<Vec<usize>> {
+    serde_json::from_value(v.clone()).unwrap()
+}
+
+#[test]
+fn every_registered_architecture_is_found_and_offers_what_its_row_says() {
+    let device = test_device();
+    let mut seen = Vec::new();
+    for dir in fixtures() {
+        let detected = Detected::new(&dir).unwrap();
+        let arch = detected.architecture;
+        seen.push(arch.name);
+        let model = detected.load(&device).unwrap();
+        let name = dir.display();
+        assert_eq!(model.architecture().name, arch.name);
+        assert!(model.num_params() > 0, "{name}");
+        assert_eq!(
+            model.generator().is_some(),
+            arch.serves(Task::Generate),
+            "{name}"
+        );
+        assert_eq!(
+            model.translator().is_some(),
+            arch.serves(Task::Translate),
+            "{name}"
+        );
+        assert_eq!(
+            model.classifier().is_some(),
+            arch.serves(Task::Classify),
+            "{name}"
+        );
+    }
+    for arch in architectures() {
+        assert_eq!(
+            seen.contains(&arch.name),
+            !WITHOUT_FIXTURE.contains(&arch.name),
+            "{} ({}) has no fixture",
+            arch.name,
+            arch.model_type
+        );
+    }
+}
+
+/// The registry's causal LMs decode as `transformers` does, greedy and with beams, and
+/// their logits match within 1e-4; the same check on another fixture's logits fails.
+#[test]
+fn causal_lms_through_the_registry_match_transformers() {
+    let device = test_device();
+    let dirs: Vec<PathBuf> = fixtures()
+        .into_iter()
+        .filter(|d| {
+            d.join("expected.json").is_file()
+                && Detected::new(d)
+                    .unwrap()
+                    .architecture
+                    .serves(Task::Generate)
+                && expected(d)["generated"].is_array()
+        })
+        .collect();
+    assert!(dirs.len() >= 5, "{dirs:?}");
+    let mut all_logits = Vec::new();
+    for dir in &dirs {
+        let e = expected(dir);
+        let model = AutoModel::from_pretrained(dir, &device).unwrap();
+        let lm = model.generator().unwrap();
+        let prompts = rows(&e["prompts"]);
+        let cfg = GenerationConfig::greedy(8).with_stop_tokens(lm.stop_tokens());
+        let mut streamed = vec![Vec::new(); prompts.len()];
+        let out = lm
+            .generate(&prompts, &cfg, &mut |row, id| streamed[row].push(id))
+            .unwrap();
+        assert_eq!(out.tokens, rows(&e["generated"]), "{}", dir.display());
+        assert_eq!(streamed, out.tokens, "{}", dir.display());
+        let beam = lm
+            .beam_search(
+                &prompts,
+                &BeamConfig::new(4, 8).with_stop_tokens(lm.stop_tokens()),
+            )
+            .unwrap();
+        let mut padded = beam.tokens.clone();
+        for t in &mut padded {
+            t.resize(8, 0);
+        }
+        assert_eq!(padded, rows(&e["beam"]), "{}", dir.display());
+
+        let input = ForwardInput {
+            input_ids: Some(IntMatrix {
+                name: "input_ids",
+                rows: serde_json::from_value(e["input_ids"].clone()).unwrap(),
+            }),
+            ..ForwardInput::default()
+        };
+        let out = model.forward(&input, &device).unwrap();
+        assert_eq!(out.len(), 1);
+        let (name, values, shape) = &out[0];
+        assert_eq!(*name, "logits");
+        let want: Vec<f32> = serde_json::from_value(e["logits"]["values"].clone()).unwrap();
+        let want_shape: Vec<usize> = serde_json::from_value(e["logits"]["shape"].clone()).unwrap();
+        assert_eq!(*shape, want_shape);
+        let diff = max_abs_diff_slices(values, &want);
+        assert!(diff <= 1e-4, "{}: {diff}", dir.display());
+        all_logits.push((values.clone(), want));
+    }
+    // Negative control: Llama's logits against Mistral's expected ones (both [2, 10, 300])
+    // differ by far more than the tolerance.
+    let (a, _) = &all_logits[1];
+    let (_, b) = &all_logits[2];
+    assert_eq!(a.len(), b.len());
+    assert!(max_abs_diff_slices(a, b) > 1e-2);
+}
+
+#[test]
+fn bad_folders_and_inputs_are_named() {
+    let device = test_device();
+    let e = AutoModel::from_pretrained("/no/such/model", &device).unwrap_err();
+    assert!(matches!(e, HubError::NoFolder { .. }));
+    assert_eq!(e.to_string(), "/no/such/model: no such model folder");
+
+    let dir = std::env::temp_dir().join(format!("zoo-hub-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "gpt_neox"}"#).unwrap();
+    let e = Detected::new(&dir).unwrap_err().to_string();
+    assert!(
+        e.ends_with(
+            "unknown model_type \"gpt_neox\"; the supported model types are gpt2, llama, \
+             mistral, qwen2, phi3, bert, roberta, vit, t5, marian"
+        ),
+        "{e}"
+    );
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type": "bert", "architectures": ["BertForQuestionAnswering"]}"#,
+    )
+    .unwrap();
+    let e = Detected::new(&dir).unwrap_err().to_string();
+    assert!(
+        e.ends_with(
+            "architecture \"BertForQuestionAnswering\" of model_type \"bert\" is not \
+             supported; the supported ones are BertModel, BertForMaskedLM, \
+             BertForSequenceClassification, BertForTokenClassification"
+        ),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A decoder takes no pixel values; the check names what it takes.
+    let gpt2 =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../zoo-decoder/tests/fixtures/gpt2-tiny");
+    let detected = Detected::new(&gpt2).unwrap();
+    let input = ForwardInput {
+        pixel_values: Some(zoo_core::registry::Pixels {
+            shape: [1, 3, 2, 2],
+            values: vec![0.0; 12],
+        }),
+        ..ForwardInput::default()
+    };
+    assert_eq!(
+        detected.check_input(&input).unwrap_err().to_string(),
+        "pixel_values is not an input of GPT2LMHeadModel (it takes input_ids, attention_mask)"
+    );
+    let model = detected.load(&device).unwrap();
+    let e = model
+        .forward(&ForwardInput::default(), &device)
+        .unwrap_err();
+    assert_eq!(e.to_string(), "the model needs input_ids");
+}

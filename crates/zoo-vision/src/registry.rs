@@ -1,0 +1,143 @@
+//! The vision family's rows in the registry (`zoo_hub::AutoModel` reads them), and its
+//! checkpoints as `zoo-core`'s [`Pretrained`]; the image classifier is also a
+//! [`Classifier`] of image files, through the folder's image processor.
+
+use std::path::PathBuf;
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, TensorData};
+use zoo_core::ModelError;
+use zoo_core::registry::{
+    Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
+    Pretrained, Task, named, needs,
+};
+
+use crate::image::ImageProcessor;
+use crate::model::{ImageInput, ViTForImageClassification, ViTModel};
+
+const INPUTS: &[&str] = &["pixel_values", "interpolate_pos_encoding"];
+
+/// Every architecture the family loads; the first of a `model_type` is what a
+/// `config.json` without `architectures` gets.
+pub const ARCHITECTURES: &[Architecture] = &[
+    Architecture {
+        model_type: "vit",
+        name: "ViTModel",
+        inputs: INPUTS,
+        tasks: &[],
+        load: |dir, device| {
+            Ok(Box::new(
+                ViTModel::from_pretrained(dir, device).map_err(ModelError::new)?,
+            ))
+        },
+    },
+    Architecture {
+        model_type: "vit",
+        name: "ViTForImageClassification",
+        inputs: INPUTS,
+        tasks: &[Task::Classify],
+        load: |dir, device| {
+            Ok(Box::new(ImageClassifier {
+                model: ViTForImageClassification::from_pretrained(dir, device)
+                    .map_err(ModelError::new)?,
+                dir: dir.to_path_buf(),
+            }))
+        },
+    },
+];
+
+/// HF's `pixel_values` (and `interpolate_pos_encoding`) as the zoo's input.
+fn image_input(input: &ForwardInput, device: &Device) -> Result<ImageInput, ModelError> {
+    let px = input
+        .pixel_values
+        .as_ref()
+        .ok_or_else(|| needs("pixel_values"))?;
+    let t = Tensor::<4>::from_data(TensorData::new(px.values.clone(), px.shape), device);
+    let x = ImageInput::new(t);
+    Ok(if input.interpolate_pos_encoding {
+        x.interpolate_pos_encoding()
+    } else {
+        x
+    })
+}
+
+impl Pretrained for ViTModel {
+    fn num_params(&self) -> usize {
+        Module::num_params(self)
+    }
+
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let out = ViTModel::forward(self, image_input(input, device)?).map_err(ModelError::new)?;
+        let mut v = vec![named("last_hidden_state", out.last_hidden_state)?];
+        if let Some(p) = out.pooler_output {
+            v.push(named("pooler_output", p)?);
+        }
+        Ok(v)
+    }
+}
+
+/// `ViTForImageClassification` with the folder its image processor is read from.
+#[derive(Debug)]
+pub struct ImageClassifier {
+    /// The model.
+    pub model: ViTForImageClassification,
+    /// The checkpoint folder.
+    pub dir: PathBuf,
+}
+
+impl Pretrained for ImageClassifier {
+    fn num_params(&self) -> usize {
+        self.model.num_params()
+    }
+
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let (logits, _) = self
+            .model
+            .forward(image_input(input, device)?)
+            .map_err(ModelError::new)?;
+        Ok(vec![named("logits", logits)?])
+    }
+
+    fn classifier(&self) -> Option<&dyn Classifier> {
+        Some(self)
+    }
+}
+
+impl Classifier for ImageClassifier {
+    fn modality(&self) -> Modality {
+        Modality::Image
+    }
+
+    /// Preprocesses with the folder's `preprocessor_config.json`, or ViT's defaults at
+    /// the model's image size when there is none.
+    fn classify(&self, input: ClassifyInput<'_>, device: &Device) -> Result<Classes, ModelError> {
+        let ClassifyInput::Image(path) = input else {
+            return Err(ModelError::msg(
+                "ViTForImageClassification classifies images, not text",
+            ));
+        };
+        let config = self.model.vit.config();
+        let processor = if self.dir.join("preprocessor_config.json").is_file() {
+            ImageProcessor::from_pretrained(&self.dir).map_err(ModelError::new)?
+        } else {
+            ImageProcessor::vit(config.image_size)
+        };
+        let pixels = processor.load(&[path], device).map_err(ModelError::new)?;
+        let (logits, _) = self
+            .model
+            .forward(ImageInput::new(pixels))
+            .map_err(ModelError::new)?;
+        Ok(Classes {
+            logits,
+            labels: config.labels(),
+        })
+    }
+}

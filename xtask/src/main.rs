@@ -329,6 +329,13 @@ fn fixtures() -> Result<()> {
     )?;
     run_checked(
         Command::new(&python)
+            .arg(root.join("xtask/fixtures/roberta.py"))
+            .arg(root.join("crates/zoo-encoder/tests/fixtures"))
+            .arg(root.join("datasets/shakespeare/tiny.txt")),
+        "xtask/fixtures/roberta.py",
+    )?;
+    run_checked(
+        Command::new(&python)
             .arg(root.join("xtask/fixtures/vit.py"))
             .arg(root.join("crates/zoo-vision/tests/fixtures")),
         "xtask/fixtures/vit.py",

@@ -120,8 +120,16 @@ impl BertTokenizer {
                 EncoderError::Tokenizer(format!("the vocabulary has no {token} token"))
             })
         };
-        let (pad_id, mask_id) = (id("[PAD]")?, id("[MASK]")?);
-        for token in ["[CLS]", "[SEP]", "[UNK]"] {
+        // BERT's special tokens, or RoBERTa's byte-level vocabulary's (`<pad>`, `<mask>`,
+        // `<s>`, `</s>`, `<unk>`) when it has those and not BERT's.
+        let roberta = inner.token_to_id("[PAD]").is_none() && inner.token_to_id("<pad>").is_some();
+        let [pad, mask, cls, sep, unk] = if roberta {
+            ["<pad>", "<mask>", "<s>", "</s>", "<unk>"]
+        } else {
+            ["[PAD]", "[MASK]", "[CLS]", "[SEP]", "[UNK]"]
+        };
+        let (pad_id, mask_id) = (id(pad)?, id(mask)?);
+        for token in [cls, sep, unk] {
             id(token)?;
         }
         Ok(Self {

@@ -1,0 +1,202 @@
+//! RoBERTa checkpoints against `transformers`: tiny random-weight `RobertaModel` (with its
+//! pooler), `RobertaForMaskedLM` and `RobertaForSequenceClassification` written by
+//! `cargo xtask fixtures` (5 heads of 8, `pad_token_id` 1, a right-padded batch), with a
+//! byte-level tokenizer whose special tokens are RoBERTa's. Outputs agree within 1e-4 on
+//! the backend under test; counting positions BERT's way moves them far beyond that.
+//! Then the tokenizer's ids, saving bit for bit, and a checkpoint that does not fit.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde::Deserialize;
+use zoo_core::WeightsFile;
+use zoo_device::test_device;
+use zoo_device::testing::{floats, max_abs_diff_slices};
+use zoo_encoder::roberta::{RobertaForMaskedLm, RobertaForSequenceClassification, RobertaModel};
+use zoo_encoder::{BertTokenizer, EncoderInput, PositionIds};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+#[derive(Deserialize)]
+struct Output {
+    shape: Vec<usize>,
+    values: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct Sample {
+    text: String,
+    ids: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct Expected {
+    texts: Vec<String>,
+    input_ids: Vec<Vec<i64>>,
+    attention_mask: Vec<Vec<i64>>,
+    tokenizer: Vec<Sample>,
+    last_hidden_state: Option<Output>,
+    pooler_output: Option<Output>,
+    logits: Option<Output>,
+}
+
+fn expected(name: &str) -> Expected {
+    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn input(e: &Expected, device: &Device) -> EncoderInput {
+    let flat: Vec<i64> = e.input_ids.iter().flatten().copied().collect();
+    let shape = [e.input_ids.len(), e.input_ids[0].len()];
+    let pad: Vec<bool> = e.attention_mask.iter().flatten().map(|&m| m == 0).collect();
+    EncoderInput::new(Tensor::<2, Int>::from_data(
+        TensorData::new(flat, shape),
+        device,
+    ))
+    .padding(Tensor::from_data(TensorData::new(pad, shape), device))
+}
+
+fn diff<const D: usize>(got: Tensor<D>, want: &Output) -> f32 {
+    assert_eq!(got.dims().to_vec(), want.shape);
+    max_abs_diff_slices(&floats(got), &want.values)
+}
+
+#[test]
+fn roberta_models_match_transformers() {
+    let device = test_device();
+    let e = expected("roberta-tiny");
+    let model = RobertaModel::from_pretrained(fixture("roberta-tiny"), &device).unwrap();
+    assert_eq!(model.position_ids(), PositionIds::AfterPadding);
+    assert_eq!(model.max_len(), 30);
+    let out = model.forward(input(&e, &device)).unwrap();
+    let d = diff(out.hidden, e.last_hidden_state.as_ref().unwrap());
+    assert!(d <= 1e-4, "last_hidden_state: {d}");
+    let d = diff(out.pooled.unwrap(), e.pooler_output.as_ref().unwrap());
+    assert!(d <= 1e-4, "pooler_output: {d}");
+
+    let e = expected("roberta-tiny-mlm");
+    let mlm = RobertaForMaskedLm::from_pretrained(fixture("roberta-tiny-mlm"), &device).unwrap();
+    let d = diff(
+        mlm.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+    assert!(d <= 1e-4, "masked LM: {d}");
+
+    let e = expected("roberta-tiny-cls");
+    let cls =
+        RobertaForSequenceClassification::from_pretrained(fixture("roberta-tiny-cls"), &device)
+            .unwrap();
+    assert_eq!(cls.bert.config().labels(), ["comedy", "history", "tragedy"]);
+    let d = diff(
+        cls.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+    assert!(d <= 1e-4, "sequence classification: {d}");
+}
+
+/// Negative control: the same weights with positions counted from 0 (the config read
+/// as BERT's) give hidden states far from `transformers`'.
+#[test]
+fn bert_positions_on_roberta_weights_miss_by_far_more_than_the_tolerance() {
+    let device = test_device();
+    let dir = std::env::temp_dir().join(format!("zoo-roberta-as-bert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixture("roberta-tiny");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["model_type"] = "bert".into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let bert = zoo_encoder::BertModel::from_pretrained(&dir, &device).unwrap();
+    assert_eq!(bert.position_ids(), PositionIds::FromZero);
+    let e = expected("roberta-tiny");
+    let out = bert.forward(input(&e, &device)).unwrap();
+    let d = diff(out.hidden, e.last_hidden_state.as_ref().unwrap());
+    assert!(d > 1e-2, "BERT's positions moved the output by only {d}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_tokenizer_has_roberta_s_special_tokens_and_python_s_ids() {
+    let e = expected("roberta-tiny");
+    let tok = BertTokenizer::from_pretrained(fixture("roberta-tiny"), 30).unwrap();
+    assert_eq!((tok.pad_id(), tok.mask_id()), (1, 4));
+    for s in &e.tokenizer {
+        assert_eq!(tok.encode(&s.text).unwrap().ids, s.ids, "{:?}", s.text);
+    }
+    // The fixture's batch is these texts, right-padded with <pad>.
+    let texts: Vec<&str> = e.texts.iter().map(String::as_str).collect();
+    let batch = tok.encode_batch(&texts).unwrap();
+    let ids: Vec<Vec<i64>> = batch
+        .ids
+        .iter()
+        .map(|r| r.iter().map(|&x| i64::from(x)).collect())
+        .collect();
+    assert_eq!(ids, e.input_ids);
+}
+
+#[test]
+fn saving_writes_roberta_names_that_load_back_bit_for_bit() {
+    let device = test_device();
+    let contents = |dir: &Path| WeightsFile::find(dir).unwrap().contents().unwrap();
+    for name in ["roberta-tiny", "roberta-tiny-mlm", "roberta-tiny-cls"] {
+        let src = fixture(name);
+        let out = std::env::temp_dir().join(format!("zoo-roberta-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        match name {
+            "roberta-tiny" => RobertaModel::from_pretrained(&src, &device)
+                .unwrap()
+                .save_pretrained(&out),
+            "roberta-tiny-mlm" => RobertaForMaskedLm::from_pretrained(&src, &device)
+                .unwrap()
+                .save_pretrained(&out),
+            _ => RobertaForSequenceClassification::from_pretrained(&src, &device)
+                .unwrap()
+                .save_pretrained(&out),
+        }
+        .unwrap();
+        assert_eq!(contents(&out), contents(&src), "{name}");
+        let cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap())
+                .unwrap();
+        let src_cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(cfg["model_type"], "roberta");
+        assert_eq!(cfg["architectures"], src_cfg["architectures"], "{name}");
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
+
+#[test]
+fn a_roberta_checkpoint_that_does_not_fit_names_tensors_as_roberta_does() {
+    let device = test_device();
+    let dir = std::env::temp_dir().join(format!("zoo-roberta-misfit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixture("roberta-tiny-cls");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["num_hidden_layers"] = 3.into();
+    cfg["intermediate_size"] = 48.into();
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let e = RobertaForSequenceClassification::from_pretrained(&dir, &device)
+        .unwrap_err()
+        .to_string();
+    for want in [
+        "missing:    roberta.encoder.layer.2.attention.self.query.weight [40, 40]",
+        "mis-shaped: roberta.encoder.layer.0.intermediate.dense.weight: the model has",
+    ] {
+        assert!(e.contains(want), "{want:?} not in:\n{e}");
+    }
+    // Every name is the checkpoint's own, none BERT's.
+    assert!(
+        !e.contains("bert.encoder") && !e.contains("bert.layers"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

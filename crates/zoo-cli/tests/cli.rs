@@ -71,10 +71,7 @@ fn ok(args: &[&str]) -> Run {
 
 /// A fresh folder for one test.
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("zoo-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    zoo_fixtures::tempdir("cli", name)
 }
 
 fn read_json(path: &Path) -> Value {

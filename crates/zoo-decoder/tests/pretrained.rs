@@ -14,6 +14,7 @@ use zoo_core::{BeamConfig, GenerationConfig, WeightsFile, beam_search, generate}
 use zoo_decoder::{DecoderInput, DecoderLm, HfDecoderConfig, LmTokenizer, TextStream};
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
+use zoo_fixtures::Output;
 
 const MODELS: [&str; 5] = [
     "gpt2-tiny",
@@ -24,15 +25,7 @@ const MODELS: [&str; 5] = [
 ];
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-#[derive(Deserialize)]
-struct Output {
-    shape: Vec<usize>,
-    values: Vec<f32>,
+    zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
 }
 
 #[derive(Deserialize)]
@@ -59,8 +52,7 @@ struct Expected {
 }
 
 fn expected(name: &str) -> Expected {
-    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    zoo_fixtures::expected(&fixture(name))
 }
 
 fn ids(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
@@ -79,10 +71,7 @@ fn logits_diff(model: &DecoderLm, e: &Expected, device: &Device) -> f32 {
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("zoo-decoder-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    zoo_fixtures::tempdir("decoder", name)
 }
 
 #[test]

@@ -14,17 +14,10 @@ use zoo_encoder::{
     BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
     EncoderError, EncoderInput,
 };
+use zoo_fixtures::Output;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-#[derive(Deserialize)]
-struct Output {
-    shape: Vec<usize>,
-    values: Vec<f32>,
+    zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
 }
 
 #[derive(Deserialize)]
@@ -38,8 +31,7 @@ struct Expected {
 }
 
 fn expected(name: &str) -> Expected {
-    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    zoo_fixtures::expected(&fixture(name))
 }
 
 fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
@@ -243,14 +235,7 @@ fn a_head_checkpoint_loads_into_the_bare_model_without_its_head() {
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "zoo-encoder-{}-{}-{name}",
-        std::process::id(),
-        zoo_device::test_backend()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    zoo_fixtures::tempdir("encoder", name)
 }
 
 fn tensors_of(dir: &Path) -> Vec<zoo_core::checkpoint::StoredTensor> {

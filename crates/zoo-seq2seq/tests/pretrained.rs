@@ -16,21 +16,14 @@ use zoo_core::{
 };
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
+use zoo_fixtures::Output;
 use zoo_seq2seq::{
     Encoded, EncoderDecoder, MarianMtModel, Memory, Source, T5ForConditionalGeneration, beam_from,
     generate_from,
 };
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-#[derive(Deserialize)]
-struct Output {
-    shape: Vec<usize>,
-    values: Vec<f32>,
+    zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
 }
 
 #[derive(Deserialize)]
@@ -46,8 +39,7 @@ struct Expected {
 }
 
 fn expected(name: &str) -> Expected {
-    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    zoo_fixtures::expected(&fixture(name))
 }
 
 const MODELS: [&str; 3] = ["t5-tiny", "t5-tiny-tied", "marian-tiny"];

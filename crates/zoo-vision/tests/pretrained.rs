@@ -13,30 +13,22 @@ use serde::Deserialize;
 use zoo_core::{CheckpointError, WeightsFile};
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
+use zoo_fixtures::Output;
 use zoo_vision::{
     ImageInput, ImageProcessor, ViTConfig, ViTForImageClassification, ViTModel, VisionError,
 };
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
 }
 
-#[derive(Deserialize)]
-struct Output {
-    shape: Vec<usize>,
-    values: Vec<f32>,
-}
-
-impl Output {
-    fn tensor(&self, device: &Device) -> Tensor<4> {
-        let s = &self.shape;
-        Tensor::from_data(
-            TensorData::new(self.values.clone(), [s[0], s[1], s[2], s[3]]),
-            device,
-        )
-    }
+/// A stored `[B, C, H, W]` tensor on `device`.
+fn tensor(o: &Output, device: &Device) -> Tensor<4> {
+    let s = &o.shape;
+    Tensor::from_data(
+        TensorData::new(o.values.clone(), [s[0], s[1], s[2], s[3]]),
+        device,
+    )
 }
 
 #[derive(Deserialize)]
@@ -52,8 +44,7 @@ struct Expected {
 }
 
 fn expected(name: &str) -> Expected {
-    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    zoo_fixtures::expected(&fixture(name))
 }
 
 fn max_diff<const D: usize>(what: &str, got: Tensor<D>, want: &Output) -> f32 {
@@ -76,7 +67,7 @@ fn vit_model_matches_transformers_at_the_trained_size_and_interpolated() {
     let model = ViTModel::from_pretrained(fixture("vit-tiny"), &device).unwrap();
     assert!(model.pooler.is_some(), "the checkpoint has a pooler");
     let out = model
-        .forward(ImageInput::new(e.pixel_values.tensor(&device)))
+        .forward(ImageInput::new(tensor(&e.pixel_values, &device)))
         .unwrap();
     assert_matches(
         "last_hidden_state",
@@ -89,7 +80,7 @@ fn vit_model_matches_transformers_at_the_trained_size_and_interpolated() {
         e.pooler_output.as_ref().unwrap(),
     );
     let other = model
-        .forward(ImageInput::new(e.pixel_values_other.tensor(&device)).interpolate_pos_encoding())
+        .forward(ImageInput::new(tensor(&e.pixel_values_other, &device)).interpolate_pos_encoding())
         .unwrap();
     assert_matches(
         "last_hidden_state at 42x36",
@@ -114,10 +105,11 @@ fn image_classification_matches_transformers_and_positions_matter() {
         ["circle", "square", "star", "triangle", "wave"]
     );
     let (logits, _) = model
-        .forward(ImageInput::new(e.pixel_values.tensor(&device)))
+        .forward(ImageInput::new(tensor(&e.pixel_values, &device)))
         .unwrap();
     assert_matches("logits", logits, e.logits.as_ref().unwrap());
-    let other = || ImageInput::new(e.pixel_values_other.tensor(&device)).interpolate_pos_encoding();
+    let other =
+        || ImageInput::new(tensor(&e.pixel_values_other, &device)).interpolate_pos_encoding();
     let (logits, _) = model.forward(other()).unwrap();
     assert_matches("logits at 42x36", logits, e.logits_other.as_ref().unwrap());
 
@@ -205,14 +197,7 @@ fn the_vit_base_preset_has_hf_parameter_count() {
 }
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "zoo-vision-{}-{}-{name}",
-        std::process::id(),
-        zoo_device::test_backend()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    zoo_fixtures::tempdir("vision", name)
 }
 
 fn tensors_of(dir: &Path) -> Vec<zoo_core::checkpoint::StoredTensor> {

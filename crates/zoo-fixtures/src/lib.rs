@@ -1,0 +1,75 @@
+//! # zoo-fixtures
+//!
+//! What every family's tests read the committed `transformers` fixtures with, written
+//! once: the fixture folder of a crate, a tensor as the fixture scripts store it
+//! (`{"shape", "values"}`), a folder's `expected.json`, and fresh temporary folders.
+//! A dev-dependency only: nothing in a library or a program uses it.
+#![warn(missing_docs)]
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// `tests/fixtures/NAME` of the crate whose manifest folder is `manifest_dir`
+/// (`env!("CARGO_MANIFEST_DIR")`).
+pub fn fixture(manifest_dir: &str, name: &str) -> PathBuf {
+    Path::new(manifest_dir).join("tests/fixtures").join(name)
+}
+
+/// A tensor as `xtask/fixtures/common.py` writes it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Output {
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its values, row-major.
+    pub values: Vec<f32>,
+}
+
+/// `dir/expected.json`, read into the test's own type.
+///
+/// # Panics
+/// A file that is missing or does not fit `T`, naming the file: a broken fixture.
+pub fn expected<T: DeserializeOwned>(dir: &Path) -> T {
+    let path = dir.join("expected.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A fresh, empty folder `zoo-{family}-{pid}-{backend}-{name}` under the system's
+/// temporary folder: test processes and backends that run at once never share one.
+///
+/// # Panics
+/// A folder that cannot be made.
+pub fn tempdir(family: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "zoo-{family}-{}-{}-{name}",
+        std::process::id(),
+        zoo_device::test_backend()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_are_fresh_and_expected_files_are_read() {
+        let dir = tempdir("fixtures", "read");
+        std::fs::write(dir.join("left-over"), "x").unwrap();
+        let dir = tempdir("fixtures", "read");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::write(
+            dir.join("expected.json"),
+            r#"{"shape": [2], "values": [1.5, -2]}"#,
+        )
+        .unwrap();
+        let out: Output = expected(&dir);
+        assert_eq!((out.shape, out.values), (vec![2], vec![1.5, -2.0]));
+        assert!(fixture("/a/crate", "x").ends_with("tests/fixtures/x"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

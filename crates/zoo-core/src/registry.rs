@@ -243,6 +243,22 @@ pub fn named<const D: usize>(name: &'static str, t: Tensor<D>) -> Result<NamedOu
     Ok((name, floats(t)?, shape))
 }
 
+/// An encoder's outputs as HF's base models name them: `last_hidden_state`, and
+/// `pooler_output` when the model has a pooler.
+///
+/// # Errors
+/// See [`floats`].
+pub fn encoder_outputs(
+    last_hidden_state: Tensor<3>,
+    pooler_output: Option<Tensor<2>>,
+) -> Result<Vec<NamedOutput>, ModelError> {
+    let mut out = vec![named("last_hidden_state", last_hidden_state)?];
+    if let Some(p) = pooler_output {
+        out.push(named("pooler_output", p)?);
+    }
+    Ok(out)
+}
+
 /// A loaded checkpoint of any family.
 pub trait Pretrained {
     /// Parameters of the model.
@@ -411,17 +427,8 @@ mod tests {
         assert_eq!(input.keys(), ["input_ids", "attention_mask"]);
         let device = zoo_device::test_device();
         let pad = input.attention_mask.as_ref().unwrap().to_padding(&device);
-        assert_eq!(
-            pad.into_data().try_to_vec::<bool>().unwrap(),
-            [false, false, true]
-        );
+        assert_eq!(zoo_device::testing::bools(pad), [false, false, true]);
         let ids = input.ids().unwrap().to_tensor(&device);
-        assert_eq!(
-            ids.into_data()
-                .convert::<i64>()
-                .try_to_vec::<i64>()
-                .unwrap(),
-            [3, 4, 5]
-        );
+        assert_eq!(zoo_device::testing::ints(ids), [3, 4, 5]);
     }
 }

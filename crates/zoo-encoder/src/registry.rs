@@ -9,7 +9,7 @@ use burn::tensor::Device;
 use zoo_core::ModelError;
 use zoo_core::registry::{
     Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Loader, Modality, NamedOutput,
-    Pretrained, Task, named,
+    Pretrained, Task, encoder_outputs, named,
 };
 
 use crate::model::{
@@ -111,11 +111,7 @@ impl Pretrained for BertModel {
     ) -> Result<Vec<NamedOutput>, ModelError> {
         let out =
             BertModel::forward(self, encoder_input(input, device)?).map_err(ModelError::new)?;
-        let mut v = vec![named("last_hidden_state", out.hidden)?];
-        if let Some(p) = out.pooled {
-            v.push(named("pooler_output", p)?);
-        }
-        Ok(v)
+        encoder_outputs(out.hidden, out.pooled)
     }
 }
 

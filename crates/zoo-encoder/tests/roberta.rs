@@ -14,17 +14,10 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_encoder::roberta::{RobertaForMaskedLm, RobertaForSequenceClassification, RobertaModel};
 use zoo_encoder::{BertTokenizer, EncoderInput, PositionIds};
+use zoo_fixtures::Output;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-#[derive(Deserialize)]
-struct Output {
-    shape: Vec<usize>,
-    values: Vec<f32>,
+    zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
 }
 
 #[derive(Deserialize)]
@@ -44,9 +37,12 @@ struct Expected {
     logits: Option<Output>,
 }
 
+fn tempdir(name: &str) -> PathBuf {
+    zoo_fixtures::tempdir("encoder", name)
+}
+
 fn expected(name: &str) -> Expected {
-    let text = std::fs::read_to_string(fixture(name).join("expected.json")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    zoo_fixtures::expected(&fixture(name))
 }
 
 fn input(e: &Expected, device: &Device) -> EncoderInput {
@@ -103,8 +99,7 @@ fn roberta_models_match_transformers() {
 #[test]
 fn bert_positions_on_roberta_weights_miss_by_far_more_than_the_tolerance() {
     let device = test_device();
-    let dir = std::env::temp_dir().join(format!("zoo-roberta-as-bert-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("roberta-as-bert");
     let src = fixture("roberta-tiny");
     std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
     let mut cfg: serde_json::Value =
@@ -145,8 +140,8 @@ fn saving_writes_roberta_names_that_load_back_bit_for_bit() {
     let contents = |dir: &Path| WeightsFile::find(dir).unwrap().contents().unwrap();
     for name in ["roberta-tiny", "roberta-tiny-mlm", "roberta-tiny-cls"] {
         let src = fixture(name);
-        let out = std::env::temp_dir().join(format!("zoo-roberta-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&out);
+        let out = tempdir(name);
+        std::fs::remove_dir(&out).unwrap();
         match name {
             "roberta-tiny" => RobertaModel::from_pretrained(&src, &device)
                 .unwrap()
@@ -175,8 +170,7 @@ fn saving_writes_roberta_names_that_load_back_bit_for_bit() {
 #[test]
 fn a_roberta_checkpoint_that_does_not_fit_names_tensors_as_roberta_does() {
     let device = test_device();
-    let dir = std::env::temp_dir().join(format!("zoo-roberta-misfit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("roberta-misfit");
     let src = fixture("roberta-tiny-cls");
     std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
     let mut cfg: serde_json::Value =

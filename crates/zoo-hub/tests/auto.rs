@@ -32,7 +32,7 @@ fn fixtures() -> Vec<PathBuf> {
 }
 
 fn expected(dir: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap()
+    zoo_fixtures::expected(dir)
 }
 
 fn rows(v: &Value) -> Vec<Vec<usize>> {
@@ -75,7 +75,9 @@ fn every_registered_architecture_is_found_and_offers_what_its_row_says() {
             arch.name,
             arch.model_type
         );
-    }
+    } // The weights were queued on the device and never read: wait for them, so that no
+    // work is left queued when the test process exits (lavapipe crashes then).
+    let _ = device.sync();
 }
 
 /// The registry's causal LMs decode as `transformers` does, greedy and with beams, and
@@ -153,8 +155,7 @@ fn bad_folders_and_inputs_are_named() {
     assert!(matches!(e, HubError::NoFolder { .. }));
     assert_eq!(e.to_string(), "/no/such/model: no such model folder");
 
-    let dir = std::env::temp_dir().join(format!("zoo-hub-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = zoo_fixtures::tempdir("hub", "bad");
     std::fs::write(dir.join("config.json"), r#"{"model_type": "gpt_neox"}"#).unwrap();
     let e = Detected::new(&dir).unwrap_err().to_string();
     assert!(
@@ -200,4 +201,5 @@ fn bad_folders_and_inputs_are_named() {
         .forward(&ForwardInput::default(), &device)
         .unwrap_err();
     assert_eq!(e.to_string(), "the model needs input_ids");
+    let _ = device.sync();
 }

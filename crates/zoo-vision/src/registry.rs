@@ -9,7 +9,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use zoo_core::ModelError;
 use zoo_core::registry::{
     Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
-    Pretrained, Task, named, needs,
+    Pretrained, Task, encoder_outputs, named, needs,
 };
 
 use crate::image::ImageProcessor;
@@ -72,11 +72,7 @@ impl Pretrained for ViTModel {
         device: &Device,
     ) -> Result<Vec<NamedOutput>, ModelError> {
         let out = ViTModel::forward(self, image_input(input, device)?).map_err(ModelError::new)?;
-        let mut v = vec![named("last_hidden_state", out.last_hidden_state)?];
-        if let Some(p) = out.pooler_output {
-            v.push(named("pooler_output", p)?);
-        }
-        Ok(v)
+        encoder_outputs(out.last_hidden_state, out.pooler_output)
     }
 }
 

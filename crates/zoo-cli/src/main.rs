@@ -360,8 +360,12 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
         }
         let cfg =
             BeamConfig::new(args.num_beams, args.max_new_tokens).with_stop_tokens(lm.stop_tokens());
-        let out = lm.beam_search(&[prompt], &cfg)?;
-        outln!("{}{}", args.prompt, tokenizer.decode(&out.tokens[0])?);
+        let out = lm.beam_search(std::slice::from_ref(&prompt), &cfg)?;
+        outln!(
+            "{}{}",
+            args.prompt,
+            tokenizer.continuation(&prompt, &out.tokens[0])?
+        );
         eprintln!(
             "[{} new tokens in {:.2} s, {} beams, score {:.4}]",
             out.tokens[0].len(),
@@ -394,7 +398,9 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
     let mut stdout = std::io::stdout();
     out!("{}", args.prompt);
     let _ = stdout.flush();
-    let mut stream = TextStream::new(&tokenizer);
+    // Each token's text is what it adds to the whole sequence's, so a SentencePiece
+    // tokenizer keeps the space before the first new word.
+    let mut stream = TextStream::after(&tokenizer, &prompt)?;
     let mut failed = None;
     let out = lm.generate(&[prompt], &cfg, &mut |_, token| {
         if failed.is_some() {

@@ -69,6 +69,17 @@ impl LmTokenizer {
         Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
     }
 
+    /// The text that `new` adds after `prompt`: the whole sequence decoded, less the
+    /// prompt's own text (see [`TextStream::after`]).
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn continuation(&self, prompt: &[usize], new: &[usize]) -> Result<String> {
+        let head = self.decode(prompt)?.len();
+        let all = self.decode(&[prompt, new].concat())?;
+        Ok(all.get(head..).unwrap_or_default().to_string())
+    }
+
     /// The text of `ids`, special tokens left out.
     ///
     /// # Errors
@@ -106,6 +117,22 @@ impl<'a> TextStream<'a> {
             ids: Vec::new(),
             shown: 0,
         }
+    }
+
+    /// A stream that continues `prompt`: each push returns what the new token adds to the
+    /// text of the whole sequence, as HF's `TextStreamer` does. Decoding the new tokens
+    /// on their own loses what depends on what comes before them: a SentencePiece
+    /// decoder strips the first token's space (`"art" + "▁thou"` would give `artthou`).
+    ///
+    /// # Errors
+    /// An id outside the vocabulary.
+    pub fn after(tokenizer: &'a LmTokenizer, prompt: &[usize]) -> Result<Self> {
+        let shown = tokenizer.decode(prompt)?.len();
+        Ok(Self {
+            tokenizer,
+            ids: prompt.to_vec(),
+            shown,
+        })
     }
 
     /// Adds a token and returns the new text, possibly empty.

@@ -208,6 +208,18 @@ fn tokenizers_match_python() {
         llama.encode("To be").unwrap()[0],
         llama.token_id("<s>").unwrap()
     );
+    // A continuation keeps the space before its first word, streamed or at once; the
+    // new tokens decoded on their own lose it (SentencePiece strips a leading space).
+    let prompt = llama.encode("ROMEO: Wherefore art").unwrap();
+    // "thou?" as a word of its own ("▁thou?"), without the <s> in front.
+    let new = &llama.encode("thou?").unwrap()[1..];
+    assert_eq!(llama.continuation(&prompt, new).unwrap(), " thou?");
+    let mut stream = TextStream::after(&llama, &prompt).unwrap();
+    let pieces: String = new.iter().map(|&id| stream.push(id).unwrap()).collect();
+    assert_eq!(pieces, " thou?");
+    let mut alone = TextStream::new(&llama);
+    let apart: String = new.iter().map(|&id| alone.push(id).unwrap()).collect();
+    assert_eq!(apart, "thou?");
     let e = llama.decode(&[1, 100_000]).unwrap_err().to_string();
     assert_eq!(
         e,

@@ -259,11 +259,21 @@ pub fn encoder_outputs(
     Ok(out)
 }
 
-/// A loaded checkpoint of any family.
-pub trait Pretrained {
+/// A model's parameter count, as every Burn module has it: [`Pretrained`] asks for it
+/// through this trait, which every module implements, so no family writes it again.
+pub trait ParamCount {
     /// Parameters of the model.
-    fn num_params(&self) -> usize;
+    fn param_count(&self) -> usize;
+}
 
+impl<M: burn::module::Module> ParamCount for M {
+    fn param_count(&self) -> usize {
+        self.num_params()
+    }
+}
+
+/// A loaded checkpoint of any family.
+pub trait Pretrained: ParamCount {
     /// The outputs of one forward pass, named as HF names them (`logits`, or
     /// `last_hidden_state` and `pooler_output`).
     ///

@@ -37,11 +37,12 @@ pub const ARCHITECTURES: &[Architecture] = &[
 ];
 
 /// A causal-LM checkpoint with its HF config.
-#[derive(Debug)]
+#[derive(Module, Debug)]
 pub struct PretrainedLm {
     /// The model.
     pub model: DecoderLm,
     /// Its `config.json`.
+    #[module(skip)]
     pub config: HfDecoderConfig,
 }
 
@@ -65,10 +66,6 @@ fn load_causal_lm(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, Mo
 }
 
 impl Pretrained for PretrainedLm {
-    fn num_params(&self) -> usize {
-        self.model.num_params()
-    }
-
     fn forward(
         &self,
         input: &ForwardInput,

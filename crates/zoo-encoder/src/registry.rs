@@ -100,10 +100,6 @@ fn encoder_input(input: &ForwardInput, device: &Device) -> Result<EncoderInput, 
 }
 
 impl Pretrained for BertModel {
-    fn num_params(&self) -> usize {
-        Module::num_params(self)
-    }
-
     fn forward(
         &self,
         input: &ForwardInput,
@@ -119,10 +115,6 @@ impl Pretrained for BertModel {
 macro_rules! logits_head {
     ($($model:ty),*) => {$(
         impl Pretrained for $model {
-            fn num_params(&self) -> usize {
-                Module::num_params(self)
-            }
-
             fn forward(
                 &self,
                 input: &ForwardInput,
@@ -144,19 +136,16 @@ logits_head!(
 
 /// A sequence classifier (BERT's or RoBERTa's) with the folder its tokenizer is read
 /// from.
-#[derive(Debug)]
+#[derive(Module, Debug)]
 pub struct TextClassifier {
     /// The model.
     pub model: BertForSequenceClassification,
     /// The checkpoint folder.
+    #[module(skip)]
     pub dir: PathBuf,
 }
 
 impl Pretrained for TextClassifier {
-    fn num_params(&self) -> usize {
-        Pretrained::num_params(&self.model)
-    }
-
     fn forward(
         &self,
         input: &ForwardInput,

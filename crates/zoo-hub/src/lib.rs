@@ -226,7 +226,7 @@ impl AutoModel {
 
     /// Parameters of the model.
     pub fn num_params(&self) -> usize {
-        self.model.num_params()
+        self.model.param_count()
     }
 
     /// The outputs of one forward pass, named as HF names them, after checking that the

@@ -1,7 +1,6 @@
 //! The encoder-decoder family's rows in the registry (`zoo_hub::AutoModel` reads them),
 //! and its checkpoints as `zoo-core`'s [`Pretrained`] with a [`Translator`].
 
-use burn::module::Module;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use zoo_core::registry::{
     Architecture, ForwardInput, NamedOutput, Pretrained, Task, Translator, named, needs,
@@ -80,10 +79,6 @@ fn forward<M: EncoderDecoder>(
 macro_rules! translator {
     ($($model:ty),*) => {$(
         impl Pretrained for $model {
-            fn num_params(&self) -> usize {
-                Module::num_params(self)
-            }
-
             fn forward(
                 &self,
                 input: &ForwardInput,

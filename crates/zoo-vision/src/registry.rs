@@ -62,10 +62,6 @@ fn image_input(input: &ForwardInput, device: &Device) -> Result<ImageInput, Mode
 }
 
 impl Pretrained for ViTModel {
-    fn num_params(&self) -> usize {
-        Module::num_params(self)
-    }
-
     fn forward(
         &self,
         input: &ForwardInput,
@@ -77,19 +73,16 @@ impl Pretrained for ViTModel {
 }
 
 /// `ViTForImageClassification` with the folder its image processor is read from.
-#[derive(Debug)]
+#[derive(Module, Debug)]
 pub struct ImageClassifier {
     /// The model.
     pub model: ViTForImageClassification,
     /// The checkpoint folder.
+    #[module(skip)]
     pub dir: PathBuf,
 }
 
 impl Pretrained for ImageClassifier {
-    fn num_params(&self) -> usize {
-        self.model.num_params()
-    }
-
     fn forward(
         &self,
         input: &ForwardInput,

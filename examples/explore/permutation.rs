@@ -42,7 +42,7 @@ pub fn run(device: &Device) -> Result<(), Error> {
             if with_positions {
                 x = x + sinusoidal_table(sentence.len(), d, device)?.unsqueeze_dim(0);
             }
-            let out = attn.forward(AttentionInput::self_attn(x))?;
+            let out = attn.forward(AttentionInput::new(x))?;
             Ok(out.context.reshape([sentence.len(), d]))
         };
         let (a, b) = (encode(&first)?, encode(&second)?);

@@ -57,7 +57,7 @@ pub fn run(max_len: usize, device: &Device, out: &Path) -> Result<(), Error> {
         });
         let attn_ms = time(runs, || {
             let o = attn
-                .forward(AttentionInput::self_attn(x.clone()))
+                .forward(AttentionInput::new(x.clone()))
                 .expect("a valid input");
             let _ = o.context.slice([0..1, 0..1, 0..1]).into_data();
         });

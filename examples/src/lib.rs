@@ -13,7 +13,7 @@ pub mod digits;
 /// use zoo_attention::AttentionInput;
 /// let device = zoo_device::test_device();
 /// let ids = Tensor::<2, Int>::from_data(TensorData::new(vec![3i64, 4, 5], [1, 3]), &device);
-/// let _ = AttentionInput::self_attn(ids); // expected `Tensor<3>`, found `Tensor<2, Int>`
+/// let _ = AttentionInput::new(ids); // expected `Tensor<3>`, found `Tensor<2, Int>`
 /// ```
 ///
 /// The same call with embeddings compiles (so the failure above is the type's):
@@ -23,7 +23,7 @@ pub mod digits;
 /// use zoo_attention::AttentionInput;
 /// let device = zoo_device::test_device();
 /// let x = Tensor::<3>::zeros([1, 3, 16], &device);
-/// let _ = AttentionInput::self_attn(x);
+/// let _ = AttentionInput::new(x);
 /// ```
 pub mod labs {}
 pub mod g2p;

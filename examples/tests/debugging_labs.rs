@@ -45,7 +45,7 @@ fn ids_given_as_features_are_a_shape_error_naming_d_model() {
         .init(&zoo_device::test_device())
         .unwrap();
     let x = ids(&[&[3, 4, 5]]).float().unsqueeze_dim::<3>(2); // [1, 3, 1]
-    let e = attn.forward(AttentionInput::self_attn(x)).unwrap_err();
+    let e = attn.forward(AttentionInput::new(x)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "attention input: expected shape [_, _, 16], got [1, 3, 1]"

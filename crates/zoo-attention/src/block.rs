@@ -1,5 +1,7 @@
-//! The shared blocks: the norm choice, and the encoder and decoder
-//! blocks in post-norm (the original paper, BERT) and pre-norm (GPT, ViT, Llama) form.
+//! The shared blocks: the norm choice, the encoder and decoder layer
+//! ([`TransformerBlock`]) and the decoder layer of encoder-decoder models
+//! ([`CrossAttentionBlock`]), in post-norm (the original paper, BERT) and pre-norm (GPT,
+//! ViT, Llama) form.
 
 use burn::config::Config;
 use burn::module::Module;
@@ -13,7 +15,9 @@ use crate::cache::{CrossKvCache, KvCache};
 use crate::error::{AttentionError, Result};
 use crate::ffn::{FeedForward, FeedForwardConfig};
 use crate::mask::Mask;
-use crate::mha::{AttentionInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use crate::mha::{
+    AttentionInput, AttentionOutput, CrossAttention, MultiHeadAttentionConfig, SelfAttention,
+};
 use crate::position::Positions;
 
 /// `layer` applied to the last dimension with every leading dimension folded into the
@@ -121,10 +125,6 @@ pub struct TransformerBlockConfig {
     pub attention: MultiHeadAttentionConfig,
     /// Feed-forward network.
     pub ffn: FeedForwardConfig,
-    /// Cross-attention to an encoder's output (decoder blocks of encoder-decoder models).
-    /// Default: none.
-    #[config(default = "None")]
-    pub cross_attention: Option<MultiHeadAttentionConfig>,
     /// Norm kind. Default: LayerNorm.
     #[config(default = "NormKind::LayerNorm")]
     pub norm: NormKind,
@@ -139,23 +139,52 @@ pub struct TransformerBlockConfig {
     pub dropout: f64,
 }
 
-/// One transformer layer: self-attention, optional cross-attention, feed-forward, each
-/// with a residual connection and a norm. Encoder blocks call it with a padding mask,
-/// decoder blocks with a causal one.
+/// One transformer layer: self-attention and a feed-forward network, each with a
+/// residual connection and a norm. Encoder blocks call it with a padding mask, decoder
+/// blocks with a causal one.
 ///
-/// Names: `self_attn`, `cross_attn`, `mlp`, and `norm_1` (before/after self-attention),
-/// `norm_cross`, `norm_2` (around the MLP), mapping to GPT-2's `ln_1`/`ln_2` and Llama's
+/// Names: `self_attn`, `mlp`, and `norm_1` (before/after self-attention), `norm_2`
+/// (around the MLP), mapping to GPT-2's `ln_1`/`ln_2` and Llama's
 /// `input_layernorm`/`post_attention_layernorm`.
 #[derive(Module, Debug)]
 pub struct TransformerBlock {
     /// Self-attention.
-    pub self_attn: MultiHeadAttention,
+    pub self_attn: SelfAttention,
     /// Norm around self-attention.
     pub norm_1: Norm,
-    /// Cross-attention, in decoder blocks of encoder-decoder models.
-    pub cross_attn: Option<MultiHeadAttention>,
+    /// Feed-forward network.
+    pub mlp: FeedForward,
+    /// Norm around the feed-forward network.
+    pub norm_2: Norm,
+    /// Residual dropout.
+    pub dropout: Dropout,
+    #[module(skip)]
+    placement: NormPlacement,
+}
+
+/// Configuration of [`CrossAttentionBlock`]: a decoder layer of an encoder-decoder
+/// model.
+#[derive(Config, Debug)]
+pub struct CrossAttentionBlockConfig {
+    /// The self-attention, feed-forward network, norms and dropout.
+    pub block: TransformerBlockConfig,
+    /// Cross-attention to the encoder's output.
+    pub cross_attention: MultiHeadAttentionConfig,
+}
+
+/// A decoder layer of an encoder-decoder model: self-attention, cross-attention to the
+/// encoder's output, and a feed-forward network, each with a residual connection and a
+/// norm. Names as [`TransformerBlock`], with `cross_attn` and `norm_cross` between.
+#[derive(Module, Debug)]
+pub struct CrossAttentionBlock {
+    /// Self-attention.
+    pub self_attn: SelfAttention,
+    /// Norm around self-attention.
+    pub norm_1: Norm,
+    /// Cross-attention to the encoder's output.
+    pub cross_attn: CrossAttention,
     /// Norm around cross-attention.
-    pub norm_cross: Option<Norm>,
+    pub norm_cross: Norm,
     /// Feed-forward network.
     pub mlp: FeedForward,
     /// Norm around the feed-forward network.
@@ -178,15 +207,23 @@ impl NormKind {
 }
 
 impl TransformerBlockConfig {
-    /// Trainable parameters of the block [`Self::init`] builds: attention, the optional
-    /// cross-attention, the feed-forward network and a norm before (or after) each.
+    /// Trainable parameters of the block [`Self::init`] builds: attention, the
+    /// feed-forward network and a norm before (or after) each.
     pub fn num_params(&self) -> usize {
         let d = self.attention.d_model;
-        let cross = self
-            .cross_attention
-            .as_ref()
-            .map_or(0, |c| c.num_params() + self.norm.num_params(d));
-        self.attention.num_params() + cross + self.ffn.num_params() + 2 * self.norm.num_params(d)
+        self.attention.num_params() + self.ffn.num_params() + 2 * self.norm.num_params(d)
+    }
+
+    /// The same layer with cross-attention to an encoder's output.
+    pub fn with_cross(
+        self,
+        cross_attention: MultiHeadAttentionConfig,
+    ) -> CrossAttentionBlockConfig {
+        CrossAttentionBlockConfig::new(self, cross_attention)
+    }
+
+    fn norm(&self, device: &Device) -> Norm {
+        Norm::new(self.norm, self.attention.d_model, self.norm_eps, device)
     }
 
     /// Validates and builds the block.
@@ -202,38 +239,62 @@ impl TransformerBlockConfig {
             )));
         }
         check_prob("block dropout", self.dropout)?;
-        let cross_attn = match &self.cross_attention {
-            Some(c) if c.d_model != d => {
-                return Err(AttentionError::Unsupported(format!(
-                    "cross-attention d_model {} differs from attention d_model {d}",
-                    c.d_model
-                )));
-            }
-            Some(c) => Some(c.init(device)?),
-            None => None,
-        };
         Ok(TransformerBlock {
             self_attn: self.attention.init(device)?,
-            norm_1: Norm::new(self.norm, d, self.norm_eps, device),
-            norm_cross: cross_attn
-                .as_ref()
-                .map(|_| Norm::new(self.norm, d, self.norm_eps, device)),
-            cross_attn,
+            norm_1: self.norm(device),
             mlp: self.ffn.init(device)?,
-            norm_2: Norm::new(self.norm, d, self.norm_eps, device),
+            norm_2: self.norm(device),
             dropout: DropoutConfig::new(self.dropout).init(),
             placement: self.placement,
         })
     }
 }
 
-/// The input of a [`TransformerBlock`].
+impl CrossAttentionBlockConfig {
+    /// Trainable parameters of the block [`Self::init`] builds.
+    pub fn num_params(&self) -> usize {
+        let d = self.block.attention.d_model;
+        self.block.num_params() + self.cross_attention.num_params() + self.block.norm.num_params(d)
+    }
+
+    /// Validates and builds the block.
+    ///
+    /// # Errors
+    /// Any sub-layer's configuration error, or widths that disagree.
+    pub fn init(&self, device: &Device) -> Result<CrossAttentionBlock> {
+        let d = self.block.attention.d_model;
+        if self.cross_attention.d_model != d {
+            return Err(AttentionError::Unsupported(format!(
+                "cross-attention d_model {} differs from attention d_model {d}",
+                self.cross_attention.d_model
+            )));
+        }
+        let TransformerBlock {
+            self_attn,
+            norm_1,
+            mlp,
+            norm_2,
+            dropout,
+            placement,
+        } = self.block.init(device)?;
+        Ok(CrossAttentionBlock {
+            self_attn,
+            norm_1,
+            cross_attn: self.cross_attention.init_cross(device)?,
+            norm_cross: self.block.norm(device),
+            mlp,
+            norm_2,
+            dropout,
+            placement,
+        })
+    }
+}
+
+/// The input of a [`TransformerBlock`] or a [`CrossAttentionBlock`].
 #[derive(Debug, Clone)]
 pub struct BlockInput {
     x: Tensor<3>,
     mask: Mask,
-    memory: Option<Memory>,
-    memory_mask: Mask,
     need_weights: bool,
     position: usize,
     positions: Option<Positions>,
@@ -245,8 +306,6 @@ impl BlockInput {
         Self {
             x,
             mask: Mask::none(),
-            memory: None,
-            memory_mask: Mask::none(),
             need_weights: false,
             position: 0,
             positions: None,
@@ -256,21 +315,6 @@ impl BlockInput {
     /// The self-attention mask (causal, padding, ...).
     pub fn mask(mut self, mask: Mask) -> Self {
         self.mask = mask;
-        self
-    }
-
-    /// The encoder output for cross-attention, `[B, Tm, d_model]`, and its mask.
-    pub fn memory(mut self, memory: Tensor<3>, mask: Mask) -> Self {
-        self.memory = Some(Memory::States(Box::new(memory)));
-        self.memory_mask = mask;
-        self
-    }
-
-    /// The encoder output's keys and values for cross-attention, projected once by this
-    /// block's [`TransformerBlock::cross_attn`], and their mask (source padding).
-    pub fn memory_cached(mut self, cache: CrossKvCache, mask: Mask) -> Self {
-        self.memory = Some(Memory::Cached(Box::new(cache)));
-        self.memory_mask = mask;
         self
     }
 
@@ -291,17 +335,41 @@ impl BlockInput {
         self.positions = Some(positions);
         self
     }
+
+    /// Self-attention over this input, through `cache` when there is one.
+    fn self_attention(
+        &self,
+        attn: &SelfAttention,
+        h: Tensor<3>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<AttentionOutput> {
+        let mut inp = AttentionInput::new(h)
+            .mask(self.mask.clone())
+            .at_position(self.position);
+        if let Some(p) = &self.positions {
+            inp = inp.with_positions(p.clone());
+        }
+        if self.need_weights {
+            inp = inp.with_weights();
+        }
+        match cache {
+            Some(c) => attn.forward_cached(inp, c),
+            None => attn.forward(inp),
+        }
+    }
 }
 
-/// What cross-attention reads: the encoder's output, or its keys and values projected
-/// once ([`crate::MultiHeadAttention::cross_kv`]) for every decoding step.
-#[derive(Debug, Clone)]
-enum Memory {
-    States(Box<Tensor<3>>),
-    Cached(Box<CrossKvCache>),
+/// What a [`CrossAttentionBlock`]'s cross-attention reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Memory<'a> {
+    /// The encoder's output, `[B, Tm, d_model]`.
+    States(&'a Tensor<3>),
+    /// The encoder's output as keys and values, projected once by this block's
+    /// [`CrossAttention::cross_kv`] for every decoding step.
+    Cached(&'a CrossKvCache),
 }
 
-/// The output of a [`TransformerBlock`].
+/// The output of a [`TransformerBlock`] or a [`CrossAttentionBlock`].
 #[derive(Debug, Clone)]
 pub struct BlockOutput {
     /// `[B, T, d_model]`
@@ -312,15 +380,35 @@ pub struct BlockOutput {
     pub cross_weights: Option<Tensor<4>>,
 }
 
+/// One sub-layer `f` with its residual connection, its norm where `placement` puts it,
+/// and residual dropout: `x + f(norm(x))` (pre-norm) or `norm(x + f(x))` (post-norm).
+fn residual<W>(
+    placement: NormPlacement,
+    norm: &Norm,
+    dropout: &Dropout,
+    x: Tensor<3>,
+    f: impl FnOnce(Tensor<3>) -> Result<(Tensor<3>, W)>,
+) -> Result<(Tensor<3>, W)> {
+    Ok(match placement {
+        NormPlacement::Pre => {
+            let (out, w) = f(norm.forward(x.clone()))?;
+            (x + crate::dropout(dropout, out), w)
+        }
+        NormPlacement::Post => {
+            let (out, w) = f(x.clone())?;
+            (norm.forward(x + crate::dropout(dropout, out)), w)
+        }
+    })
+}
+
 impl TransformerBlock {
     /// Runs the block over a whole sequence.
     ///
     /// # Shapes
-    /// - `x`: `[B, T, d_model]`, memory `[B, Tm, d_model]` -> hidden `[B, T, d_model]`
+    /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
     ///
     /// # Errors
-    /// Input shapes the attention layers reject, or memory given to a block without
-    /// cross-attention.
+    /// Input shapes the attention layer rejects.
     pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
         self.run(input, None)
     }
@@ -334,97 +422,76 @@ impl TransformerBlock {
     }
 
     fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
-        let BlockInput {
-            x,
-            mask,
-            memory,
-            memory_mask,
-            need_weights,
-            position,
-            positions,
-        } = input;
-        let pre = self.placement == NormPlacement::Pre;
-        let self_attn = |h: Tensor<3>| -> Result<_> {
-            let mut inp = AttentionInput::self_attn(h)
-                .mask(mask.clone())
-                .at_position(position);
-            if let Some(p) = positions {
-                inp = inp.with_positions(p);
-            }
-            if need_weights {
+        let (p, drop) = (self.placement, &self.dropout);
+        let (x, self_weights) = residual(p, &self.norm_1, drop, input.x.clone(), |h| {
+            let out = input.self_attention(&self.self_attn, h, cache)?;
+            Ok((out.context, out.weights))
+        })?;
+        let (hidden, ()) = residual(p, &self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
+        Ok(BlockOutput {
+            hidden,
+            self_weights,
+            cross_weights: None,
+        })
+    }
+}
+
+impl CrossAttentionBlock {
+    /// Runs the block over a whole target sequence, reading `memory` under
+    /// `memory_mask` (source padding).
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]`, memory `[B, Tm, d_model]` -> hidden `[B, T, d_model]`
+    ///
+    /// # Errors
+    /// Input shapes the attention layers reject.
+    pub fn forward(
+        &self,
+        input: BlockInput,
+        memory: Memory<'_>,
+        memory_mask: Mask,
+    ) -> Result<BlockOutput> {
+        self.run(input, None, memory, memory_mask)
+    }
+
+    /// Runs the block over new target positions, extending the self-attention `cache`.
+    ///
+    /// # Errors
+    /// As [`Self::forward`], and a full cache.
+    pub fn forward_cached(
+        &self,
+        input: BlockInput,
+        cache: &mut KvCache,
+        memory: Memory<'_>,
+        memory_mask: Mask,
+    ) -> Result<BlockOutput> {
+        self.run(input, Some(cache), memory, memory_mask)
+    }
+
+    fn run(
+        &self,
+        input: BlockInput,
+        cache: Option<&mut KvCache>,
+        memory: Memory<'_>,
+        memory_mask: Mask,
+    ) -> Result<BlockOutput> {
+        let (p, drop) = (self.placement, &self.dropout);
+        let (x, self_weights) = residual(p, &self.norm_1, drop, input.x.clone(), |h| {
+            let out = input.self_attention(&self.self_attn, h, cache)?;
+            Ok((out.context, out.weights))
+        })?;
+        let (x, cross_weights) = residual(p, &self.norm_cross, drop, x, |h| {
+            let mut inp = AttentionInput::new(h).mask(memory_mask);
+            if input.need_weights {
                 inp = inp.with_weights();
             }
-            Ok(match cache {
-                Some(c) => self.self_attn.forward_cached(inp, c)?,
-                None => self.self_attn.forward(inp)?,
-            })
-        };
-        // Self-attention sub-layer.
-        let (mut x, self_weights) = if pre {
-            let out = self_attn(self.norm_1.forward(x.clone()))?;
-            (x + crate::dropout(&self.dropout, out.context), out.weights)
-        } else {
-            let out = self_attn(x.clone())?;
-            (
-                self.norm_1
-                    .forward(x + crate::dropout(&self.dropout, out.context)),
-                out.weights,
-            )
-        };
-        // Cross-attention sub-layer.
-        let mut cross_weights = None;
-        match (&self.cross_attn, &self.norm_cross, memory) {
-            (Some(attn), Some(norm), Some(mem)) => {
-                let h = if pre {
-                    norm.forward(x.clone())
-                } else {
-                    x.clone()
-                };
-                let out = match mem {
-                    Memory::States(mem) => {
-                        let mut inp = AttentionInput::cross_attn(h, *mem).mask(memory_mask);
-                        if need_weights {
-                            inp = inp.with_weights();
-                        }
-                        attn.forward(inp)?
-                    }
-                    Memory::Cached(kv) => {
-                        let mut inp = AttentionInput::self_attn(h).mask(memory_mask);
-                        if need_weights {
-                            inp = inp.with_weights();
-                        }
-                        attn.forward_cross_cached(inp, &kv)?
-                    }
-                };
-                cross_weights = out.weights;
-                x = if pre {
-                    x + crate::dropout(&self.dropout, out.context)
-                } else {
-                    norm.forward(x + crate::dropout(&self.dropout, out.context))
-                };
-            }
-            (Some(_), _, None) => {
-                return Err(AttentionError::Unsupported(
-                    "this block has cross-attention and needs the encoder memory".into(),
-                ));
-            }
-            (None, _, Some(_)) => {
-                return Err(AttentionError::Unsupported(
-                    "memory given to a block without cross-attention".into(),
-                ));
-            }
-            _ => {}
-        }
-        // Feed-forward sub-layer.
-        let hidden = if pre {
-            x.clone()
-                + self
-                    .dropout
-                    .forward(self.mlp.forward(self.norm_2.forward(x)))
-        } else {
-            self.norm_2
-                .forward(x.clone() + crate::dropout(&self.dropout, self.mlp.forward(x)))
-        };
+            let out = match memory {
+                Memory::States(mem) => self.cross_attn.forward(inp, mem.clone())?,
+                Memory::Cached(kv) => self.cross_attn.forward_cached(inp, kv)?,
+            };
+            Ok((out.context, out.weights))
+        })?;
+        let (hidden, ()) = residual(p, &self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
         Ok(BlockOutput {
             hidden,
             self_weights,
@@ -504,28 +571,27 @@ mod tests {
         assert!(rms.iter().all(|r| (r - 1.0).abs() < 1e-3), "{rms:?}");
     }
 
-    fn block(placement: NormPlacement, cross: bool) -> TransformerBlock {
+    fn config(placement: NormPlacement) -> TransformerBlockConfig {
         let attn = MultiHeadAttentionConfig::new(16, 4);
-        let mut cfg = TransformerBlockConfig::new(attn.clone(), FeedForwardConfig::new(16, 32))
-            .with_placement(placement);
-        if cross {
-            cfg = cfg.with_cross_attention(Some(attn));
-        }
-        cfg.init(&test_device()).unwrap()
+        TransformerBlockConfig::new(attn, FeedForwardConfig::new(16, 32)).with_placement(placement)
+    }
+
+    fn block(placement: NormPlacement) -> TransformerBlock {
+        config(placement).init(&test_device()).unwrap()
     }
 
     #[test]
     fn pre_and_post_norm_compute_their_formulas() {
         let input = x(1, 4, 16);
         for placement in [NormPlacement::Pre, NormPlacement::Post] {
-            let b = block(placement, false);
+            let b = block(placement);
             let got = b
                 .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
                 .unwrap()
                 .hidden;
             let attn = |h: Tensor<3>| {
                 b.self_attn
-                    .forward(AttentionInput::self_attn(h).causal())
+                    .forward(AttentionInput::new(h).causal())
                     .unwrap()
                     .context
             };
@@ -544,22 +610,70 @@ mod tests {
     }
 
     #[test]
-    fn decoder_block_with_cross_attention_returns_weights() {
-        let b = block(NormPlacement::Post, true);
-        let out = b
-            .forward(
-                BlockInput::new(x(2, 3, 16))
-                    .mask(Mask::causal())
-                    .memory(x(2, 5, 16), Mask::none())
-                    .with_weights(),
-            )
-            .unwrap();
-        assert_eq!(out.self_weights.unwrap().dims(), [2, 4, 3, 3]);
-        assert_eq!(out.cross_weights.unwrap().dims(), [2, 4, 3, 5]);
-        assert!(
-            b.forward(BlockInput::new(x(2, 3, 16))).is_err(),
-            "memory is required"
-        );
+    fn cross_attention_block_computes_its_formula_and_returns_weights() {
+        let dev = test_device();
+        let (input, memory) = (x(2, 3, 16), x(2, 5, 16));
+        for placement in [NormPlacement::Pre, NormPlacement::Post] {
+            let b = config(placement)
+                .with_cross(MultiHeadAttentionConfig::new(16, 4))
+                .init(&dev)
+                .unwrap();
+            let out = b
+                .forward(
+                    BlockInput::new(input.clone())
+                        .mask(Mask::causal())
+                        .with_weights(),
+                    Memory::States(&memory),
+                    Mask::none(),
+                )
+                .unwrap();
+            assert_eq!(out.self_weights.unwrap().dims(), [2, 4, 3, 3]);
+            assert_eq!(out.cross_weights.unwrap().dims(), [2, 4, 3, 5]);
+            let attn = |h: Tensor<3>| {
+                b.self_attn
+                    .forward(AttentionInput::new(h).causal())
+                    .unwrap()
+                    .context
+            };
+            let cross = |h: Tensor<3>| {
+                b.cross_attn
+                    .forward(AttentionInput::new(h), memory.clone())
+                    .unwrap()
+                    .context
+            };
+            let expected = match placement {
+                NormPlacement::Pre => {
+                    let h = input.clone() + attn(b.norm_1.forward(input.clone()));
+                    let h = h.clone() + cross(b.norm_cross.forward(h));
+                    h.clone() + b.mlp.forward(b.norm_2.forward(h))
+                }
+                NormPlacement::Post => {
+                    let h = b.norm_1.forward(input.clone() + attn(input.clone()));
+                    let h = b.norm_cross.forward(h.clone() + cross(h));
+                    b.norm_2.forward(h.clone() + b.mlp.forward(h))
+                }
+            };
+            assert!(max_abs_diff(&out.hidden, &expected) < 1e-5, "{placement:?}");
+            // The memory projected once gives the same layer output.
+            let kv = b.cross_attn.cross_kv(memory.clone()).unwrap();
+            let cached = b
+                .forward(
+                    BlockInput::new(input.clone()).mask(Mask::causal()),
+                    Memory::Cached(&kv),
+                    Mask::none(),
+                )
+                .unwrap();
+            assert!(max_abs_diff(&cached.hidden, &expected) < 1e-5);
+            // Negative control: another memory moves the output.
+            let other = b
+                .forward(
+                    BlockInput::new(input.clone()).mask(Mask::causal()),
+                    Memory::States(&(memory.clone() * -1.0)),
+                    Mask::none(),
+                )
+                .unwrap();
+            assert!(max_abs_diff(&other.hidden, &expected) > 1e-3);
+        }
     }
 
     #[test]

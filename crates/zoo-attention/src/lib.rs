@@ -6,8 +6,8 @@
 //! - [`sdpa`]: scaled dot-product attention as a readable reference path, Burn's fused op,
 //!   a memory-efficient blocked path with online softmax, sliding-window attention with
 //!   global tokens, and linear attention;
-//! - [`mha`]: multi-head attention for self- and cross-attention with MHA, GQA and MQA,
-//!   separate or fused QKV, RoPE, sliding windows and a KV cache;
+//! - [`mha`]: multi-head self-attention (separate or fused QKV, RoPE, sliding windows, a
+//!   KV cache) and cross-attention, with MHA, GQA and MQA;
 //! - [`mask`]: one rule for which key a query may see ([`Visibility`]: causal, window,
 //!   global tokens), padding, boolean and additive masks;
 //! - [`position`]: sinusoidal, learned, rotary (half-split and interleaved), ALiBi and T5
@@ -15,8 +15,10 @@
 //! - [`cache`]: the per-layer KV cache, bounded (written in place) or sliding, and the
 //!   cross-attention cache of the encoder's keys and values;
 //! - [`ffn`]: the feed-forward network as plain, gated and fused-gated variants;
-//! - [`block`]: LayerNorm / RMSNorm, and the pre- or post-norm transformer block used as
-//!   encoder and decoder layer.
+//! - [`head`]: the LM head, tied or untied, and the BERT / ViT pooler;
+//! - [`block`]: LayerNorm / RMSNorm, the pre- or post-norm transformer block used as
+//!   encoder and decoder layer, and the block with cross-attention of encoder-decoder
+//!   models.
 //!
 //! Everything is written once against Burn's tensor API and runs on any backend compiled
 //! into the build.
@@ -27,14 +29,15 @@ pub mod cache;
 mod dropout;
 mod error;
 pub mod ffn;
+pub mod head;
 pub mod mask;
 pub mod mha;
 pub mod position;
 pub mod sdpa;
 
 pub use block::{
-    BlockInput, BlockOutput, Norm, NormKind, NormPlacement, TransformerBlock,
-    TransformerBlockConfig, linear_rows, tied_logits,
+    BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, Norm,
+    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig, linear_rows, tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use dropout::dropout;
@@ -43,9 +46,10 @@ pub use ffn::{
     FeedForward, FeedForwardConfig, FfnActivation, FusedGatedFfn, GateLayout, GatedFfn, HiddenAct,
     PlainFfn, gelu_tanh,
 };
+pub use head::{LmHead, Pooler, TiedHead};
 pub use mask::{Mask, Visibility};
 pub use mha::{
-    AttentionInput, AttentionKernel, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig,
-    PositionBias,
+    AttentionInput, AttentionKernel, AttentionOutput, CrossAttention, FusedQkv, Heads,
+    MultiHeadAttentionConfig, PositionBias, SelfAttention, SelfPositions, SeparateQkv,
 };
 pub use position::{Positions, RopeLayout};

@@ -3,12 +3,10 @@
 //! final norm and the LM head.
 
 use burn::module::Module;
-use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig,
-};
+use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
-use zoo_attention::{BlockInput, KvCache, Mask, Norm, Positions, TransformerBlock};
+use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions, TransformerBlock};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
@@ -26,8 +24,8 @@ pub struct DecoderLm {
     pub layers: Vec<TransformerBlock>,
     /// Final norm (GPT-2 `ln_f`, Llama `norm`).
     pub norm_f: Norm,
-    /// Untied LM head `[d_model, V]`; `None` when tied to `wte`.
-    pub lm_head: Option<Linear>,
+    /// The LM head: tied to `wte`, or its own `[d_model, V]` matrix.
+    pub lm_head: LmHead,
     vocab_size: usize,
     max_len: usize,
     sliding_window: Option<usize>,
@@ -157,12 +155,13 @@ impl DecoderConfig {
             drop: DropoutConfig::new(self.dropout).init(),
             layers,
             norm_f: Norm::new(self.norm, self.d_model, self.norm_eps, device),
-            lm_head: (!self.tie_embeddings).then(|| {
-                LinearConfig::new(self.d_model, self.vocab_size)
-                    .with_bias(false)
-                    .with_initializer(init)
-                    .init(device)
-            }),
+            lm_head: LmHead::new(
+                self.tie_embeddings,
+                self.d_model,
+                self.vocab_size,
+                init,
+                device,
+            ),
             vocab_size: self.vocab_size,
             max_len: self.max_len,
             sliding_window: self.sliding_window,
@@ -276,13 +275,7 @@ impl DecoderLm {
     /// # Shapes
     /// - `h`: `[B, T, d_model]` -> `[B, T, V]`
     pub fn head(&self, h: Tensor<3>) -> Tensor<3> {
-        match &self.lm_head {
-            Some(head) => head.forward(h),
-            None => {
-                // [B, T, D] x [D, V] -> [B, T, V]; the same parameter as `wte`.
-                zoo_attention::tied_logits(h, self.wte.weight.val())
-            }
-        }
+        self.lm_head.forward(h, &self.wte)
     }
 
     /// Logits for every position of a whole sequence, causally masked.
@@ -482,10 +475,13 @@ mod tests {
         let m = DecoderConfig::tiny_llama(32, 64)
             .init(&test_device())
             .unwrap();
-        assert!(m.wpe.is_none() && m.lm_head.is_some());
+        assert!(m.wpe.is_none() && !m.lm_head.is_tied());
         let attn = &m.layers[0].self_attn;
         assert_eq!((attn.n_heads(), attn.n_kv_heads()), (4, 2));
-        assert!(attn.q_proj.as_ref().unwrap().bias.is_none());
+        let zoo_attention::SelfAttention::Separate(attn) = attn else {
+            panic!("llama's attention has separate projections")
+        };
+        assert!(attn.q_proj.bias.is_none());
         assert!(matches!(
             m.layers[0].mlp,
             zoo_attention::FeedForward::Gated(_)
@@ -510,9 +506,7 @@ mod tests {
         let layer = &m.layers[0];
         let attn = layer
             .self_attn
-            .forward(
-                zoo_attention::AttentionInput::self_attn(layer.norm_1.forward(x.clone())).causal(),
-            )
+            .forward(zoo_attention::AttentionInput::new(layer.norm_1.forward(x.clone())).causal())
             .unwrap()
             .context;
         let h = x + attn;
@@ -566,7 +560,7 @@ mod tests {
     #[test]
     fn tied_head_shares_the_embedding() {
         let mut m = tiny_gpt();
-        assert!(m.lm_head.is_none());
+        assert!(m.lm_head.is_tied());
         let input = DecoderInput::new(tokens(&[&[1, 2, 3]]));
         let before = m.forward(input.clone()).unwrap().logits;
         // Change the embedding row of token 7 only: inputs do not use it, so only the

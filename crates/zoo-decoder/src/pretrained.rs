@@ -515,7 +515,7 @@ impl DecoderLm {
         let fits = want.vocab_size == self.vocab_size()
             && want.max_len == self.max_len()
             && want.n_layers == self.layers.len()
-            && want.tie_embeddings == self.lm_head.is_none()
+            && want.tie_embeddings == self.lm_head.is_tied()
             && want.sliding_window == self.sliding_window();
         if !fits {
             return Err(DecoderError::Config(format!(
@@ -525,7 +525,7 @@ impl DecoderLm {
                 self.vocab_size(),
                 self.max_len(),
                 self.layers.len(),
-                self.lm_head.is_none(),
+                self.lm_head.is_tied(),
                 self.sliding_window()
             )));
         }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::Deserialize;
+use zoo_attention::SelfAttention;
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile, beam_search, generate};
 use zoo_decoder::{DecoderInput, DecoderLm, HfDecoderConfig, LmTokenizer, TextStream};
 use zoo_device::test_device;
@@ -92,12 +93,12 @@ fn the_fixtures_exercise_what_they_claim() {
     let device = test_device();
     let gpt2 = DecoderLm::from_pretrained(fixture("gpt2-tiny"), &device).unwrap();
     let attn = &gpt2.layers[0].self_attn;
-    assert!(attn.qkv_proj.is_some() && gpt2.lm_head.is_none());
+    assert!(matches!(attn, SelfAttention::Fused(_)) && gpt2.lm_head.is_tied());
     assert_eq!(attn.n_heads(), 3);
     let llama = DecoderLm::from_pretrained(fixture("llama-tiny"), &device).unwrap();
     let attn = &llama.layers[0].self_attn;
     assert_eq!((attn.n_heads(), attn.n_kv_heads()), (8, 2));
-    assert!(llama.lm_head.is_some());
+    assert!(!llama.lm_head.is_tied());
     let cfg = HfDecoderConfig::from_pretrained(fixture("llama-tiny"))
         .unwrap()
         .decoder()
@@ -111,8 +112,11 @@ fn the_fixtures_exercise_what_they_claim() {
     assert!(expected("mistral-tiny").input_ids[0].len() > 4);
     let qwen = DecoderLm::from_pretrained(fixture("qwen2-tiny"), &device).unwrap();
     let attn = &qwen.layers[0].self_attn;
-    assert!(attn.q_proj.as_ref().unwrap().bias.is_some());
-    assert!(attn.o_proj.bias.is_none() && qwen.lm_head.is_none());
+    let SelfAttention::Separate(attn) = attn else {
+        panic!("qwen2's attention has separate projections")
+    };
+    assert!(attn.q_proj.bias.is_some());
+    assert!(attn.o_proj.bias.is_none() && qwen.lm_head.is_tied());
     let phi3 = DecoderLm::from_pretrained(fixture("phi3-tiny"), &device).unwrap();
     let layer = &phi3.layers[0];
     assert_eq!(
@@ -120,14 +124,17 @@ fn the_fixtures_exercise_what_they_claim() {
         (6, 2)
     );
     // One [48, (6 + 2·2)·8] QKV matrix and one [48, 2·56] gate-up matrix, no biases.
-    let qkv = layer.self_attn.qkv_proj.as_ref().unwrap();
+    let SelfAttention::Fused(attn) = &layer.self_attn else {
+        panic!("phi3's attention is not fused")
+    };
+    let qkv = &attn.qkv_proj;
     assert_eq!(qkv.weight.dims(), [48, 80]);
     assert!(qkv.bias.is_none());
     let zoo_attention::FeedForward::FusedGated(mlp) = &layer.mlp else {
         panic!("phi3's MLP is not the fused-gated form")
     };
     assert_eq!(mlp.gate_up_proj.weight.dims(), [48, 112]);
-    assert!(phi3.lm_head.is_some() && phi3.sliding_window() == Some(6));
+    assert!(!phi3.lm_head.is_tied() && phi3.sliding_window() == Some(6));
     assert!(expected("phi3-tiny").input_ids[0].len() > 6);
 }
 

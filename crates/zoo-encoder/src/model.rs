@@ -9,8 +9,8 @@ use burn::nn::{
 };
 use burn::tensor::{Bool, Device, Int, Tensor};
 use zoo_attention::{
-    AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttention, MultiHeadAttentionConfig,
-    NormKind,
+    AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttentionConfig, NormKind, Pooler,
+    SelfAttention,
 };
 use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits, kept_rows};
 
@@ -49,7 +49,7 @@ pub struct BertEmbeddings {
 #[derive(Module, Debug)]
 pub struct BertLayer {
     /// Bidirectional self-attention.
-    pub attention: MultiHeadAttention,
+    pub attention: SelfAttention,
     /// LayerNorm after the attention's residual add.
     pub attention_norm: LayerNorm,
     /// Feed-forward network (its dropout included).
@@ -81,7 +81,7 @@ impl BertLayer {
         padding: Option<Tensor<2, Bool>>,
         need_weights: bool,
     ) -> Result<(Tensor<3>, Option<Tensor<4>>)> {
-        let mut input = AttentionInput::self_attn(x.clone());
+        let mut input = AttentionInput::new(x.clone());
         if let Some(pad) = padding {
             input = input.key_padding(pad);
         }
@@ -159,8 +159,8 @@ pub struct BertModel {
     pub embeddings: BertEmbeddings,
     /// The layers (HF `encoder.layer`).
     pub layers: Vec<BertLayer>,
-    /// Dense layer of the pooler (HF `pooler.dense`), applied to the first token.
-    pub pooler: Option<Linear>,
+    /// The pooler (HF `pooler.dense`), applied to the first token.
+    pub pooler: Option<Pooler>,
     #[module(skip)]
     config: BertConfig,
 }
@@ -245,7 +245,7 @@ impl BertConfig {
                 dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
             },
             layers,
-            pooler: with_pooler.then(|| linear(h, h, self, device)),
+            pooler: with_pooler.then(|| Pooler::new(h, h, init(self), device)),
             config: self.clone(),
         })
     }
@@ -396,12 +396,7 @@ impl BertModel {
             h = next;
             attentions.extend(weights);
         }
-        let pooled = self.pooler.as_ref().map(|dense| {
-            let d = h.dims()[2];
-            // [B, T, H] -> the first token [B, H]
-            let first = h.clone().slice([0..b, 0..1, 0..d]).reshape([b, d]);
-            dense.forward(first).tanh()
-        });
+        let pooled = self.pooler.as_ref().map(|p| p.forward(h.clone()));
         Ok(EncoderOutput {
             hidden: h,
             pooled,
@@ -571,7 +566,8 @@ impl BertForSequenceClassification {
         let cfg = bert.config().clone();
         let (dropout, classifier) = classifier_head(&cfg, num_labels, device)?;
         if bert.pooler.is_none() {
-            bert.pooler = Some(linear(cfg.hidden_size, cfg.hidden_size, &cfg, device));
+            let h = cfg.hidden_size;
+            bert.pooler = Some(Pooler::new(h, h, init(&cfg), device));
         }
         Ok(Self {
             bert,
@@ -709,7 +705,7 @@ mod tests {
         for l in &m.layers {
             let a = l
                 .attention
-                .forward(AttentionInput::self_attn(h.clone()))
+                .forward(AttentionInput::new(h.clone()))
                 .unwrap()
                 .context;
             let x = l.attention_norm.forward(h + a);
@@ -725,16 +721,14 @@ mod tests {
         let post = l.forward(x.clone(), None).unwrap();
         let a = l
             .attention
-            .forward(AttentionInput::self_attn(
-                l.attention_norm.forward(x.clone()),
-            ))
+            .forward(AttentionInput::new(l.attention_norm.forward(x.clone())))
             .unwrap()
             .context;
         let y = x + a;
         let pre = y.clone() + l.mlp.forward(l.output_norm.forward(y));
         assert!(max_abs_diff(&post, &pre) > 1e-2);
         let first = h.slice([0..1, 0..1, 0..16]).reshape([1, 16]);
-        let pooled = m.pooler.as_ref().unwrap().forward(first).tanh();
+        let pooled = m.pooler.as_ref().unwrap().dense.forward(first).tanh();
         assert!(max_abs_diff(&got.pooled.unwrap(), &pooled) < 1e-6);
     }
 

@@ -64,7 +64,7 @@ pub fn layout(model_type: Option<&str>) -> &'static Layout {
 }
 
 /// HF names to module paths, the same inside the `bert.` prefix or bare.
-const LOAD: [(&str, &str); 10] = [
+const LOAD: [(&str, &str); 9] = [
     (r"embeddings\.LayerNorm\.", "embeddings.layer_norm."),
     (
         r"encoder\.layer\.(\d+)\.attention\.self\.query\.",
@@ -98,11 +98,10 @@ const LOAD: [(&str, &str); 10] = [
         r"encoder\.layer\.(\d+)\.output\.LayerNorm\.",
         "layers.${1}.output_norm.",
     ),
-    (r"(^|\.)pooler\.dense\.", "${1}pooler."),
 ];
 
-/// Module paths to HF names: [`LOAD`] backwards, plus the pooler and norm parameters.
-const SAVE: [(&str, &str); 12] = [
+/// Module paths to HF names: [`LOAD`] backwards, plus the norm parameters.
+const SAVE: [(&str, &str); 11] = [
     (r"embeddings\.layer_norm\.", "embeddings.LayerNorm."),
     (
         r"layers\.(\d+)\.attention\.q_proj\.",
@@ -136,7 +135,6 @@ const SAVE: [(&str, &str); 12] = [
         r"layers\.(\d+)\.output_norm\.",
         "encoder.layer.${1}.output.LayerNorm.",
     ),
-    (r"pooler\.(weight|bias)$", "pooler.dense.${1}"),
     (r"\.gamma$", ".weight"),
     (r"\.beta$", ".bias"),
 ];

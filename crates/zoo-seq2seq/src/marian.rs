@@ -9,8 +9,8 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor};
 use zoo_attention::position::{sinusoidal_table, sinusoidal_table_split};
 use zoo_attention::{
-    FeedForwardConfig, KvCache, MultiHeadAttentionConfig, NormKind, NormPlacement,
-    TransformerBlock, TransformerBlockConfig,
+    CrossAttentionBlock, CrossAttentionBlockConfig, FeedForwardConfig, KvCache,
+    MultiHeadAttentionConfig, NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig,
 };
 
 use crate::config::{MarianConfig, SinusoidLayout};
@@ -27,7 +27,7 @@ pub struct MarianMtModel {
     /// Encoder layers.
     pub encoder: Vec<TransformerBlock>,
     /// Decoder layers.
-    pub decoder: Vec<TransformerBlock>,
+    pub decoder: Vec<CrossAttentionBlock>,
     /// Added to the logits, `[1, V]` (a buffer in HF; zero unless a checkpoint sets it).
     pub final_logits_bias: Param<Tensor<2>>,
     #[module(skip)]
@@ -52,12 +52,18 @@ impl MarianConfig {
             .with_activation(self.activation_function.ffn())
             .with_initializer(init)
             .with_dropout(self.dropout);
-        TransformerBlockConfig::new(attn.clone(), ffn)
-            .with_cross_attention(decoder.then_some(attn))
+        TransformerBlockConfig::new(attn, ffn)
             .with_norm(NormKind::LayerNorm)
             .with_norm_eps(1e-5)
             .with_placement(NormPlacement::Post)
             .with_dropout(self.dropout)
+    }
+
+    /// A decoder layer: the decoder's block with cross-attention like its own.
+    fn cross_block(&self) -> CrossAttentionBlockConfig {
+        let block = self.block(true);
+        let cross = block.attention.clone();
+        block.with_cross(cross)
     }
 
     /// Parameters of the model [`Self::init`] builds, counted from the configuration
@@ -66,7 +72,7 @@ impl MarianConfig {
     pub fn num_params(&self) -> usize {
         self.vocab_size * self.d_model
             + self.encoder_layers * self.block(false).num_params()
-            + self.decoder_layers * self.block(true).num_params()
+            + self.decoder_layers * self.cross_block().num_params()
             + self.vocab_size
     }
 
@@ -76,11 +82,12 @@ impl MarianConfig {
     /// See [`MarianConfig::validate`].
     pub fn init(&self, device: &Device) -> Result<MarianMtModel> {
         self.validate()?;
-        let stack = |n: usize, decoder: bool| -> Result<Vec<TransformerBlock>> {
-            (0..n)
-                .map(|_| Ok(self.block(decoder).init(device)?))
-                .collect()
-        };
+        let encoder = (0..self.encoder_layers)
+            .map(|_| self.block(false).init(device))
+            .collect::<std::result::Result<_, _>>()?;
+        let decoder = (0..self.decoder_layers)
+            .map(|_| self.cross_block().init(device))
+            .collect::<std::result::Result<_, _>>()?;
         let v = self.vocab_size;
         Ok(MarianMtModel {
             shared: EmbeddingConfig::new(v, self.d_model)
@@ -89,8 +96,8 @@ impl MarianConfig {
                     std: 0.02,
                 })
                 .init(device),
-            encoder: stack(self.encoder_layers, false)?,
-            decoder: stack(self.decoder_layers, true)?,
+            encoder,
+            decoder,
             final_logits_bias: Param::from_tensor(Tensor::zeros([1, v], device))
                 .set_require_grad(false),
             config: self.clone(),
@@ -156,7 +163,7 @@ impl EncoderDecoder for MarianMtModel {
         self.config.banned_tokens()
     }
 
-    fn decoder_layers(&self) -> &[TransformerBlock] {
+    fn decoder_layers(&self) -> &[CrossAttentionBlock] {
         &self.decoder
     }
 

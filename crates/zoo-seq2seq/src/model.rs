@@ -3,7 +3,10 @@
 //! once ([`Memory`]), with or without a self-attention cache.
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-use zoo_attention::{BlockInput, CrossKvCache, KvCache, Mask, TransformerBlock};
+use zoo_attention::{
+    BlockInput, CrossAttentionBlock, CrossKvCache, KvCache, Mask, Memory as BlockMemory,
+    TransformerBlock,
+};
 
 use crate::error::{Result, Seq2SeqError};
 
@@ -149,7 +152,7 @@ pub struct DecoderOutput {
 /// bias a layer takes from outside (T5's relative positions, computed by the first
 /// layer); with `caches` the new positions extend each layer's self-attention cache.
 pub(crate) fn run_decoder(
-    layers: &[TransformerBlock],
+    layers: &[CrossAttentionBlock],
     mut x: Tensor<3>,
     memory: &Memory,
     src_padding: &Tensor<2, Bool>,
@@ -187,16 +190,17 @@ pub(crate) fn run_decoder(
             mask = mask.with_bias(b);
         }
         let mut input = BlockInput::new(x).mask(mask);
-        input = match memory {
-            Memory::States(h) => input.memory(h.clone(), cross_mask.clone()),
-            Memory::Cached(kv) => input.memory_cached(kv[i].clone(), cross_mask.clone()),
+        let layer_memory = match memory {
+            Memory::States(h) => BlockMemory::States(h),
+            Memory::Cached(kv) => BlockMemory::Cached(&kv[i]),
         };
         if need_weights {
             input = input.with_weights();
         }
+        let cross_mask = cross_mask.clone();
         let out = match caches.as_deref_mut() {
-            Some(c) => layer.forward_cached(input, &mut c[i])?,
-            None => layer.forward(input)?,
+            Some(c) => layer.forward_cached(input, &mut c[i], layer_memory, cross_mask)?,
+            None => layer.forward(input, layer_memory, cross_mask)?,
         };
         x = out.hidden;
         weights.extend(out.cross_weights);
@@ -245,7 +249,7 @@ pub trait EncoderDecoder {
         Vec::new()
     }
     /// Decoder layers.
-    fn decoder_layers(&self) -> &[TransformerBlock];
+    fn decoder_layers(&self) -> &[CrossAttentionBlock];
     /// The device the weights live on.
     fn device(&self) -> Device;
 
@@ -282,16 +286,11 @@ pub trait EncoderDecoder {
     /// Each decoder layer's cross-attention keys and values of `encoded`, projected once.
     ///
     /// # Errors
-    /// A layer without cross-attention.
+    /// An encoder output of the wrong width.
     fn cross_kv(&self, encoded: &Tensor<3>) -> Result<Vec<CrossKvCache>> {
         self.decoder_layers()
             .iter()
-            .map(|l| match &l.cross_attn {
-                Some(a) => Ok(a.cross_kv(encoded.clone())?),
-                None => Err(Seq2SeqError::Config(
-                    "a decoder layer has no cross-attention".into(),
-                )),
-            })
+            .map(|l| Ok(l.cross_attn.cross_kv(encoded.clone())?))
             .collect()
     }
 }

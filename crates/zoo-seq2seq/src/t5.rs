@@ -6,11 +6,12 @@
 //! in v1.0.
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor};
 use zoo_attention::{
-    FeedForwardConfig, KvCache, MultiHeadAttentionConfig, Norm, NormKind, NormPlacement,
-    PositionBias, TransformerBlock, TransformerBlockConfig,
+    CrossAttentionBlock, CrossAttentionBlockConfig, FeedForwardConfig, KvCache, LmHead,
+    MultiHeadAttentionConfig, Norm, NormKind, NormPlacement, PositionBias, TransformerBlock,
+    TransformerBlockConfig,
 };
 
 use crate::config::T5Config;
@@ -29,22 +30,27 @@ pub struct T5ForConditionalGeneration {
     /// The encoder's final RMS norm.
     pub encoder_norm: Norm,
     /// Decoder blocks (HF `decoder.block`).
-    pub decoder: Vec<TransformerBlock>,
+    pub decoder: Vec<CrossAttentionBlock>,
     /// The decoder's final RMS norm.
     pub decoder_norm: Norm,
-    /// Untied LM head (T5 v1.1); `None` when tied to `shared`.
-    pub lm_head: Option<Linear>,
+    /// The LM head: tied to `shared` (T5 v1.0), or its own matrix (T5 v1.1).
+    pub lm_head: LmHead,
     #[module(skip)]
     config: T5Config,
 }
 
 impl T5Config {
-    fn block(&self, first: bool, decoder: bool) -> Result<TransformerBlockConfig> {
-        let attn = MultiHeadAttentionConfig::new(self.d_model, self.num_heads)
+    /// T5's attention: `d_kv`-wide heads, no score scale, no biases.
+    fn attention(&self) -> MultiHeadAttentionConfig {
+        MultiHeadAttentionConfig::new(self.d_model, self.num_heads)
             .with_head_dim(Some(self.d_kv))
             .with_scale(Some(1.0))
             .with_qkv_bias(false)
-            .with_out_bias(false);
+            .with_out_bias(false)
+    }
+
+    fn block(&self, first: bool, decoder: bool) -> Result<TransformerBlockConfig> {
+        let attn = self.attention();
         let self_attn = if first {
             attn.clone().with_position_bias(PositionBias::T5 {
                 num_buckets: self.relative_attention_num_buckets,
@@ -58,10 +64,14 @@ impl T5Config {
             .with_activation(self.activation()?)
             .with_bias(false);
         Ok(TransformerBlockConfig::new(self_attn, ffn)
-            .with_cross_attention(decoder.then_some(attn))
             .with_norm(NormKind::RmsNorm)
             .with_norm_eps(self.layer_norm_epsilon)
             .with_placement(NormPlacement::Pre))
+    }
+
+    /// A decoder layer: the decoder's block with T5's attention to the encoder.
+    fn cross_block(&self, first: bool) -> Result<CrossAttentionBlockConfig> {
+        Ok(self.block(first, true)?.with_cross(self.attention()))
     }
 
     /// Trainable parameters of the model [`Self::init`] builds, counted from the
@@ -73,10 +83,11 @@ impl T5Config {
     pub fn num_params(&self) -> Result<usize> {
         let d = self.d_model;
         let mut n = self.vocab_size * d + 2 * NormKind::RmsNorm.num_params(d);
-        for (layers, decoder) in [(self.num_layers, false), (self.decoder_layers(), true)] {
-            for i in 0..layers {
-                n += self.block(i == 0, decoder)?.num_params();
-            }
+        for i in 0..self.num_layers {
+            n += self.block(i == 0, false)?.num_params();
+        }
+        for i in 0..self.decoder_layers() {
+            n += self.cross_block(i == 0)?.num_params();
         }
         if !self.tie_word_embeddings {
             n += self.vocab_size * d;
@@ -91,36 +102,38 @@ impl T5Config {
     /// See [`T5Config::validate`].
     pub fn init(&self, device: &Device) -> Result<T5ForConditionalGeneration> {
         self.validate()?;
-        let stack = |n: usize, decoder: bool| -> Result<Vec<TransformerBlock>> {
-            (0..n)
-                .map(|i| Ok(self.block(i == 0, decoder)?.init(device)?))
-                .collect()
-        };
+        let encoder = (0..self.num_layers)
+            .map(|i| Ok(self.block(i == 0, false)?.init(device)?))
+            .collect::<Result<_>>()?;
+        let decoder = (0..self.decoder_layers())
+            .map(|i| Ok(self.cross_block(i == 0)?.init(device)?))
+            .collect::<Result<_>>()?;
         Ok(T5ForConditionalGeneration {
             shared: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
-            encoder: stack(self.num_layers, false)?,
+            encoder,
             encoder_norm: Norm::new(
                 NormKind::RmsNorm,
                 self.d_model,
                 self.layer_norm_epsilon,
                 device,
             ),
-            decoder: stack(self.decoder_layers(), true)?,
+            decoder,
             decoder_norm: Norm::new(
                 NormKind::RmsNorm,
                 self.d_model,
                 self.layer_norm_epsilon,
                 device,
             ),
-            lm_head: (!self.tie_word_embeddings).then(|| {
-                LinearConfig::new(self.d_model, self.vocab_size)
-                    .with_bias(false)
-                    .with_initializer(Initializer::Normal {
-                        mean: 0.0,
-                        std: 0.05,
-                    })
-                    .init(device)
-            }),
+            lm_head: LmHead::new(
+                self.tie_word_embeddings,
+                self.d_model,
+                self.vocab_size,
+                Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.05,
+                },
+                device,
+            ),
             config: self.clone(),
         })
     }
@@ -159,7 +172,7 @@ impl EncoderDecoder for T5ForConditionalGeneration {
         self.config.pad_token_id
     }
 
-    fn decoder_layers(&self) -> &[TransformerBlock] {
+    fn decoder_layers(&self) -> &[CrossAttentionBlock] {
         &self.decoder
     }
 
@@ -209,10 +222,7 @@ impl EncoderDecoder for T5ForConditionalGeneration {
         if self.config.scales_decoder_outputs() {
             h = h * (self.config.d_model as f64).powf(-0.5);
         }
-        let logits = match &self.lm_head {
-            Some(head) => head.forward(h),
-            None => zoo_attention::tied_logits(h, self.shared.weight.val()),
-        };
+        let logits = self.lm_head.forward(h, &self.shared);
         Ok(DecoderOutput {
             logits,
             cross_attentions,

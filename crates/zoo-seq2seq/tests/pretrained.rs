@@ -129,12 +129,12 @@ fn the_fixtures_exercise_what_they_claim() {
     assert_eq!((attn.n_heads(), attn.head_dim()), (3, 8));
     assert_eq!(t5.config().d_model, 20);
     assert!(!t5.config().scales_decoder_outputs());
-    assert!(t5.encoder[0].self_attn.relative_bias.is_some());
-    assert!(t5.encoder[1].self_attn.relative_bias.is_none());
+    assert!(t5.encoder[0].self_attn.relative_bias().is_some());
+    assert!(t5.encoder[1].self_attn.relative_bias().is_none());
     assert_eq!((t5.encoder.len(), t5.decoder.len()), (3, 2));
     let tied =
         T5ForConditionalGeneration::from_pretrained(fixture("t5-tiny-tied"), &device).unwrap();
-    assert!(tied.lm_head.is_none() && tied.config().scales_decoder_outputs());
+    assert!(tied.lm_head.is_tied() && tied.config().scales_decoder_outputs());
     let marian = MarianMtModel::from_pretrained(fixture("marian-tiny"), &device).unwrap();
     assert!(marian.config().scale_embedding);
     assert_eq!(marian.config().forced_eos_token_id, Some(1));

@@ -15,7 +15,7 @@ use burn::nn::{
 };
 use burn::tensor::{Device, Tensor, TensorData};
 use zoo_attention::{
-    BlockInput, FeedForwardConfig, MultiHeadAttentionConfig, NormKind, NormPlacement,
+    BlockInput, FeedForwardConfig, MultiHeadAttentionConfig, NormKind, NormPlacement, Pooler,
     TransformerBlock, TransformerBlockConfig,
 };
 use zoo_core::{ClassLogits, ModelError};
@@ -109,7 +109,7 @@ pub struct ViTModel {
     /// The final norm (HF `layernorm`).
     pub layernorm: LayerNorm,
     /// Dense layer of the pooler (HF `pooler.dense`), applied to the CLS token.
-    pub pooler: Option<Linear>,
+    pub pooler: Option<Pooler>,
     #[module(skip)]
     config: ViTConfig,
 }
@@ -187,11 +187,7 @@ impl ViTConfig {
             layernorm: LayerNormConfig::new(d)
                 .with_epsilon(self.layer_norm_eps)
                 .init(device),
-            pooler: with_pooler.then(|| {
-                LinearConfig::new(d, self.pooler_size())
-                    .with_initializer(init(self))
-                    .init(device)
-            }),
+            pooler: with_pooler.then(|| Pooler::new(d, self.pooler_size(), init(self), device)),
             config: self.clone(),
         })
     }
@@ -286,12 +282,7 @@ impl ViTModel {
             attentions.extend(out.self_weights);
         }
         let hidden = self.layernorm.forward(x);
-        let [b, _, d] = hidden.dims();
-        let pooler_output = self.pooler.as_ref().map(|dense| {
-            dense
-                .forward(hidden.clone().narrow(1, 0, 1).reshape([b, d]))
-                .tanh()
-        });
+        let pooler_output = self.pooler.as_ref().map(|p| p.forward(hidden.clone()));
         Ok(ViTOutput {
             last_hidden_state: hidden,
             pooler_output,

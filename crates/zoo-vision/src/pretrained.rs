@@ -13,7 +13,7 @@
 //! | `encoder.layer.N.layernorm_after` | `layers.N.norm_2` |
 //! | `encoder.layer.N.intermediate.dense` | `layers.N.mlp.up_proj` |
 //! | `encoder.layer.N.output.dense` | `layers.N.mlp.down_proj` |
-//! | `layernorm`, `pooler.dense`, `classifier` | `layernorm`, `pooler`, `classifier` |
+//! | `layernorm`, `pooler.dense`, `classifier` | the same |
 
 use std::path::Path;
 
@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::model::{ViTForImageClassification, ViTModel};
 
 /// HF names to module paths, the same inside the `vit.` prefix or bare.
-const LOAD: [(&str, &str); 9] = [
+const LOAD: [(&str, &str); 8] = [
     (
         r"encoder\.layer\.(\d+)\.attention\.attention\.query\.",
         "layers.${1}.self_attn.q_proj.",
@@ -59,11 +59,10 @@ const LOAD: [(&str, &str); 9] = [
         r"encoder\.layer\.(\d+)\.output\.dense\.",
         "layers.${1}.mlp.down_proj.",
     ),
-    (r"(^|\.)pooler\.dense\.", "${1}pooler."),
 ];
 
 /// Module paths to HF names: [`LOAD`] backwards, plus the norm parameters.
-const SAVE: [(&str, &str); 11] = [
+const SAVE: [(&str, &str); 10] = [
     (
         r"layers\.(\d+)\.self_attn\.q_proj\.",
         "encoder.layer.${1}.attention.attention.query.",
@@ -96,7 +95,6 @@ const SAVE: [(&str, &str); 11] = [
         r"layers\.(\d+)\.mlp\.down_proj\.",
         "encoder.layer.${1}.output.dense.",
     ),
-    (r"pooler\.(weight|bias)$", "pooler.dense.${1}"),
     (r"\.gamma$", ".weight"),
     (r"\.beta$", ".bias"),
 ];

@@ -7,8 +7,8 @@ use burn::tensor::{Bool, Device, Int, Tensor};
 use rand::{Rng, SeedableRng};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
 use zoo_attention::{
-    BlockInput, FeedForwardConfig, Mask, MultiHeadAttentionConfig, TransformerBlock,
-    TransformerBlockConfig,
+    BlockInput, CrossAttentionBlock, FeedForwardConfig, Mask, Memory, MultiHeadAttentionConfig,
+    TransformerBlock, TransformerBlockConfig,
 };
 use zoo_data::Seq2SeqItem;
 use zoo_train::{ModelError, Seq2SeqLogits};
@@ -46,7 +46,7 @@ pub struct ToySeq2Seq {
     /// Encoder layer.
     pub encoder: TransformerBlock,
     /// Decoder layer with cross-attention.
-    pub decoder: TransformerBlock,
+    pub decoder: CrossAttentionBlock,
     /// Output projection.
     pub out: Linear,
 }
@@ -68,7 +68,7 @@ impl ToySeq2Seq {
                 .init(device)
                 .expect("valid encoder config"),
             decoder: TransformerBlockConfig::new(attn.clone(), ffn)
-                .with_cross_attention(Some(attn))
+                .with_cross(attn)
                 .init(device)
                 .expect("valid decoder config"),
             out: LinearConfig::new(d, vocab).init(device),
@@ -105,9 +105,9 @@ impl Seq2SeqLogits for ToySeq2Seq {
         let h = self
             .decoder
             .forward(
-                BlockInput::new(y)
-                    .mask(Mask::causal())
-                    .memory(memory, memory_mask),
+                BlockInput::new(y).mask(Mask::causal()),
+                Memory::States(&memory),
+                memory_mask,
             )
             .map_err(ModelError::new)?
             .hidden;

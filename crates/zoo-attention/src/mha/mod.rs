@@ -1,0 +1,469 @@
+//! Multi-head attention, MHA / GQA / MQA: [`SelfAttention`] (separate or fused QKV,
+//! RoPE, ALiBi or T5 position biases, sliding windows with global tokens, the KV cache)
+//! and [`CrossAttention`] (an encoder's output as keys and values, projected once per
+//! source), both with a free head size and score scale (T5) and optional per-head
+//! weights. One configuration describes both; [`MultiHeadAttentionConfig::init`] builds
+//! the first, [`MultiHeadAttentionConfig::init_cross`] the second, and each refuses the
+//! settings the other alone can use, so that neither exists in a state it cannot run.
+
+mod cross;
+mod heads;
+mod self_attn;
+#[cfg(test)]
+mod tests;
+
+pub use cross::CrossAttention;
+pub use heads::Heads;
+pub use self_attn::{FusedQkv, SelfAttention, SelfPositions, SeparateQkv};
+
+use burn::config::Config;
+use burn::nn::{DropoutConfig, Initializer, Linear, LinearConfig};
+use burn::tensor::{Bool, Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{AttentionError, Result};
+use crate::mask::Mask;
+use crate::position::{Positions, RelativePositionBiasConfig, RopeLayout, RotaryEncodingConfig};
+
+/// Which kernel computes attention when no weights are asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttentionKernel {
+    /// Burn's fused op (flash kernels where the backend has them).
+    Fused,
+    /// The memory-efficient blocked path with online softmax; block sizes in positions.
+    Chunked {
+        /// Query rows per block.
+        block_q: usize,
+        /// Keys per block.
+        block_k: usize,
+    },
+    /// Linear attention (Katharopoulos et al., 2020), an approximation of softmax
+    /// attention; takes a causal flag and key padding only, and no cache.
+    Linear {
+        /// Positions per chunk of the causal scan.
+        chunk: usize,
+    },
+    /// The readable reference path, always.
+    Reference,
+}
+
+/// A bias on the scores that encodes relative positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PositionBias {
+    /// No bias.
+    None,
+    /// ALiBi (Press et al., 2022): `-slope_h · |i - j|`, fixed slopes per head.
+    Alibi,
+    /// T5's learned bucketed relative bias (Raffel et al., 2020).
+    T5 {
+        /// Buckets (T5: 32).
+        num_buckets: usize,
+        /// Distance where the last bucket starts (T5: 128).
+        max_distance: usize,
+        /// Both directions (encoder) or the past only (decoder).
+        bidirectional: bool,
+    },
+}
+
+/// Configuration of a [`SelfAttention`] or a [`CrossAttention`] layer.
+#[derive(Config, Debug)]
+pub struct MultiHeadAttentionConfig {
+    /// Model width: the size of the queries' input and of the output.
+    pub d_model: usize,
+    /// Number of query heads.
+    pub n_heads: usize,
+    /// Number of key/value heads: `n_heads` for MHA, fewer for GQA, 1 for MQA.
+    /// Default: `n_heads`.
+    #[config(default = "None")]
+    pub n_kv_heads: Option<usize>,
+    /// Size of one head. Default: `d_model / n_heads`; T5 sets its own (`d_kv`), so the
+    /// projections are `d_model -> n_heads · head_dim` and back.
+    #[config(default = "None")]
+    pub head_dim: Option<usize>,
+    /// Factor on the scores `Q Kᵀ`. Default: `1 / sqrt(head_dim)` (Vaswani et al.); T5
+    /// uses 1 (its initialisation absorbs the scale).
+    #[config(default = "None")]
+    pub scale: Option<f64>,
+    /// Width of the keys' and values' source in cross-attention (an encoder's output).
+    /// Default: `d_model`.
+    #[config(default = "None")]
+    pub d_context: Option<usize>,
+    /// One `[d_model, (H + 2 Hkv) Dh]` projection for Q, K and V (GPT-2's `c_attn`) instead
+    /// of three. Self-attention only. Default: false.
+    #[config(default = false)]
+    pub fused_qkv: bool,
+    /// Biases on the Q, K, V projections. Default: true (GPT-2, BERT); Llama has none.
+    #[config(default = true)]
+    pub qkv_bias: bool,
+    /// Bias on the output projection. Default: true.
+    #[config(default = true)]
+    pub out_bias: bool,
+    /// Dropout on the attention weights while training. Default: 0.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Rotary embeddings on Q and K, covering this many positions. Default: none.
+    #[config(default = "None")]
+    pub rope_max_len: Option<usize>,
+    /// RoPE base. Default: 10000.
+    #[config(default = 10000.0)]
+    pub rope_theta: f64,
+    /// RoPE feature pairing. Default: half-split, as HF Llama.
+    #[config(default = "RopeLayout::HalfSplit")]
+    pub rope_layout: RopeLayout,
+    /// A relative-position bias on the scores (self-attention). Default: none.
+    #[config(default = "PositionBias::None")]
+    pub position_bias: PositionBias,
+    /// Self-attention sees only keys closer than `window` positions (itself included),
+    /// as Mistral and Longformer. Default: none.
+    #[config(default = "None")]
+    pub window: Option<usize>,
+    /// With a window: positions that see and are seen by every position (Longformer's
+    /// global tokens, e.g. a CLS token). Causality still applies. Default: none.
+    #[config(default = "Vec::new()")]
+    pub global_tokens: Vec<usize>,
+    /// Kernel used when no weights are asked for. Default: fused.
+    #[config(default = "AttentionKernel::Fused")]
+    pub kernel: AttentionKernel,
+    /// Initial projection weights. Default: N(0, 0.02), as GPT-2, BERT and Llama.
+    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
+    pub initializer: Initializer,
+}
+
+impl MultiHeadAttentionConfig {
+    /// Number of KV heads after the default is applied.
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
+    }
+
+    /// Size of one head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
+    }
+
+    /// Trainable parameters of the layer [`Self::init`] builds, counted from the
+    /// configuration alone: the Q, K, V (or fused QKV) and output projections with their
+    /// biases, and T5's relative bias table. RoPE's tables are not parameters.
+    pub fn num_params(&self) -> usize {
+        let (hd, kv) = (self.head_dim(), self.kv_heads());
+        let d_ctx = self.d_context.unwrap_or(self.d_model);
+        let linear =
+            |d_in: usize, d_out: usize, bias: bool| d_in * d_out + usize::from(bias) * d_out;
+        let qkv = if self.fused_qkv {
+            linear(self.d_model, (self.n_heads + 2 * kv) * hd, self.qkv_bias)
+        } else {
+            linear(self.d_model, self.n_heads * hd, self.qkv_bias)
+                + 2 * linear(d_ctx, kv * hd, self.qkv_bias)
+        };
+        let bias_table = match self.position_bias {
+            PositionBias::T5 { num_buckets, .. } => num_buckets * self.n_heads,
+            _ => 0,
+        };
+        qkv + linear(self.n_heads * hd, self.d_model, self.out_bias) + bias_table
+    }
+
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// Zero sizes, `d_model % n_heads != 0` without an explicit head size,
+    /// `n_heads % n_kv_heads != 0`, an odd head size with RoPE, a zero window, global
+    /// tokens without a window, a dropout outside `[0, 1)`, a scale that is not positive
+    /// and finite, bad T5 bucket settings, fused QKV with a context, or a linear kernel
+    /// with a window or a bias.
+    pub fn validate(&self) -> Result<()> {
+        if self.d_model == 0 {
+            return Err(AttentionError::Zero { name: "d_model" });
+        }
+        if self.n_heads == 0 {
+            return Err(AttentionError::Zero { name: "n_heads" });
+        }
+        match self.head_dim {
+            Some(0) => return Err(AttentionError::Zero { name: "head_dim" }),
+            Some(_) => {}
+            None if !self.d_model.is_multiple_of(self.n_heads) => {
+                return Err(AttentionError::HeadsDoNotDivideModel {
+                    d_model: self.d_model,
+                    n_heads: self.n_heads,
+                });
+            }
+            None => {}
+        }
+        let kv = self.kv_heads();
+        if kv == 0 {
+            return Err(AttentionError::Zero { name: "n_kv_heads" });
+        }
+        if !self.n_heads.is_multiple_of(kv) {
+            return Err(AttentionError::KvHeadsDoNotDivideHeads {
+                n_heads: self.n_heads,
+                n_kv_heads: kv,
+            });
+        }
+        if self.rope_max_len.is_some() && !self.head_dim().is_multiple_of(2) {
+            return Err(AttentionError::OddRopeDim {
+                head_dim: self.head_dim(),
+            });
+        }
+        if self.rope_max_len == Some(0) {
+            return Err(AttentionError::Zero {
+                name: "rope_max_len",
+            });
+        }
+        if self.window == Some(0) {
+            return Err(AttentionError::Zero { name: "window" });
+        }
+        if self.window.is_none() && !self.global_tokens.is_empty() {
+            return Err(AttentionError::Unsupported(
+                "global_tokens only mean something with a window".into(),
+            ));
+        }
+        if let Some(scale) = self.scale
+            && !(scale.is_finite() && scale > 0.0)
+        {
+            return Err(AttentionError::OutOfRange {
+                name: "scale",
+                bound: "finite and > 0",
+                value: scale.to_string(),
+            });
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(AttentionError::BadProbability {
+                name: "dropout",
+                value: self.dropout,
+            });
+        }
+        if self.fused_qkv && self.d_context.is_some() {
+            return Err(AttentionError::Unsupported(
+                "fused_qkv projects one input and cannot take a separate d_context".into(),
+            ));
+        }
+        if let PositionBias::T5 {
+            num_buckets,
+            max_distance,
+            bidirectional,
+        } = self.position_bias
+        {
+            crate::position::check_bucket_settings(num_buckets, max_distance, bidirectional)?;
+        }
+        match self.kernel {
+            AttentionKernel::Chunked { block_q, block_k } if block_q == 0 || block_k == 0 => {
+                return Err(AttentionError::Zero {
+                    name: "kernel block size",
+                });
+            }
+            AttentionKernel::Linear { chunk: 0 } => {
+                return Err(AttentionError::Zero {
+                    name: "linear kernel chunk",
+                });
+            }
+            AttentionKernel::Linear { .. }
+                if self.window.is_some() || self.position_bias != PositionBias::None =>
+            {
+                return Err(AttentionError::Unsupported(
+                    "the linear kernel takes no window and no position bias".into(),
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn linear(&self, d_in: usize, d_out: usize, bias: bool, device: &Device) -> Linear {
+        LinearConfig::new(d_in, d_out)
+            .with_bias(bias)
+            .with_initializer(self.initializer.clone())
+            .init(device)
+    }
+
+    fn heads(&self) -> Heads {
+        Heads {
+            dropout: DropoutConfig::new(self.dropout).init(),
+            n_heads: self.n_heads,
+            n_kv_heads: self.kv_heads(),
+            head_dim: self.head_dim(),
+            scale: self.scale,
+            kernel: self.kernel,
+        }
+    }
+
+    /// Validates and builds a self-attention layer: fused or separate projections as
+    /// `fused_qkv` says.
+    ///
+    /// # Errors
+    /// See [`MultiHeadAttentionConfig::validate`], and a `d_context`, which only
+    /// cross-attention reads.
+    pub fn init(&self, device: &Device) -> Result<SelfAttention> {
+        self.validate()?;
+        if let Some(d_context) = self.d_context {
+            return Err(AttentionError::Unsupported(format!(
+                "d_context {d_context} is the width of a cross-attention's context; \
+                 self-attention reads d_model {} (use init_cross)",
+                self.d_model
+            )));
+        }
+        let (d, h, kv, hd) = (self.d_model, self.n_heads, self.kv_heads(), self.head_dim());
+        let rope = match self.rope_max_len {
+            Some(max_len) => Some(
+                RotaryEncodingConfig::new(hd, max_len)
+                    .with_theta(self.rope_theta)
+                    .with_layout(self.rope_layout)
+                    .init(device)?,
+            ),
+            None => None,
+        };
+        let relative_bias = match self.position_bias {
+            PositionBias::T5 {
+                num_buckets,
+                max_distance,
+                bidirectional,
+            } => Some(
+                RelativePositionBiasConfig::new(h)
+                    .with_num_buckets(num_buckets)
+                    .with_max_distance(max_distance)
+                    .with_bidirectional(bidirectional)
+                    .init(device)?,
+            ),
+            _ => None,
+        };
+        let positions = SelfPositions {
+            rope,
+            window: self.window,
+            global_tokens: self.global_tokens.clone(),
+            alibi: self.position_bias == PositionBias::Alibi,
+        };
+        let o_proj = self.linear(h * hd, d, self.out_bias, device);
+        Ok(if self.fused_qkv {
+            SelfAttention::Fused(FusedQkv {
+                qkv_proj: self.linear(d, (h + 2 * kv) * hd, self.qkv_bias, device),
+                o_proj,
+                relative_bias,
+                heads: self.heads(),
+                positions,
+            })
+        } else {
+            SelfAttention::Separate(SeparateQkv {
+                q_proj: self.linear(d, h * hd, self.qkv_bias, device),
+                k_proj: self.linear(d, kv * hd, self.qkv_bias, device),
+                v_proj: self.linear(d, kv * hd, self.qkv_bias, device),
+                o_proj,
+                relative_bias,
+                heads: self.heads(),
+                positions,
+            })
+        })
+    }
+
+    /// Validates and builds a cross-attention layer, whose keys and values come from a
+    /// context `d_context` wide (default `d_model`).
+    ///
+    /// # Errors
+    /// See [`MultiHeadAttentionConfig::validate`], and any setting only self-attention
+    /// uses: `fused_qkv`, RoPE, a position bias, a window.
+    pub fn init_cross(&self, device: &Device) -> Result<CrossAttention> {
+        self.validate()?;
+        let self_only = [
+            ("fused_qkv", self.fused_qkv),
+            ("rope_max_len", self.rope_max_len.is_some()),
+            ("position_bias", self.position_bias != PositionBias::None),
+            ("window", self.window.is_some()),
+        ];
+        if let Some((name, _)) = self_only.iter().find(|(_, set)| *set) {
+            return Err(AttentionError::Unsupported(format!(
+                "{name} is a self-attention setting; cross-attention cannot use it"
+            )));
+        }
+        let (d, h, kv, hd) = (self.d_model, self.n_heads, self.kv_heads(), self.head_dim());
+        let d_ctx = self.d_context.unwrap_or(d);
+        Ok(CrossAttention {
+            q_proj: self.linear(d, h * hd, self.qkv_bias, device),
+            k_proj: self.linear(d_ctx, kv * hd, self.qkv_bias, device),
+            v_proj: self.linear(d_ctx, kv * hd, self.qkv_bias, device),
+            o_proj: self.linear(h * hd, d, self.out_bias, device),
+            heads: self.heads(),
+        })
+    }
+}
+
+/// The input of one attention call.
+#[derive(Debug, Clone)]
+pub struct AttentionInput {
+    x: Tensor<3>,
+    mask: Mask,
+    key_padding: Option<Tensor<2, Bool>>,
+    need_weights: bool,
+    position: usize,
+    positions: Option<Positions>,
+}
+
+impl AttentionInput {
+    /// Attention from `x`, `[B, T, d_model]`: the queries, and in self-attention the
+    /// keys and values too.
+    pub fn new(x: Tensor<3>) -> Self {
+        Self {
+            x,
+            mask: Mask::none(),
+            key_padding: None,
+            need_weights: false,
+            position: 0,
+            positions: None,
+        }
+    }
+
+    /// Causal masking (self-attention).
+    pub fn causal(mut self) -> Self {
+        self.mask = self.mask.with_causal();
+        self
+    }
+
+    /// Masks padding keys: `pad` is `[B, Tk]`, `true` at padding.
+    pub fn key_padding(mut self, pad: Tensor<2, Bool>) -> Self {
+        self.key_padding = Some(match self.key_padding.take() {
+            Some(old) => old.bool_or(pad),
+            None => pad,
+        });
+        self
+    }
+
+    /// Adds any mask or bias (see [`Mask`]).
+    pub fn mask(mut self, mask: Mask) -> Self {
+        if let Some(m) = mask.masked {
+            self.mask = self.mask.with_bool(m);
+        }
+        if let Some(b) = mask.bias {
+            self.mask = self.mask.with_bias(b);
+        }
+        if mask.rule.causal {
+            self.mask = self.mask.with_causal_offset(mask.query_offset);
+        }
+        if let Some(w) = mask.rule.window {
+            self.mask = self.mask.with_window(w, &mask.rule.global);
+        }
+        self
+    }
+
+    /// Returns the per-head attention weights `[B, H, Tq, Tk]` (takes the reference path).
+    pub fn with_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+
+    /// The absolute position of the first query, for RoPE without a cache.
+    pub fn at_position(mut self, position: usize) -> Self {
+        self.position = position;
+        self
+    }
+
+    /// A RoPE position for every row and query, `[B, Tq]` (left-padded batches). Takes
+    /// precedence over [`Self::at_position`] and over the cache's count.
+    pub fn with_positions(mut self, positions: Positions) -> Self {
+        self.positions = Some(positions);
+        self
+    }
+}
+
+/// The output of one attention call.
+#[derive(Debug, Clone)]
+pub struct AttentionOutput {
+    /// `[B, Tq, d_model]`
+    pub context: Tensor<3>,
+    /// `[B, H, Tq, Tk]`, when asked for.
+    pub weights: Option<Tensor<4>>,
+}

@@ -164,6 +164,79 @@ pub struct KeyMap {
     /// directions: loading translates a checkpoint name first (so `ignore` and `load`
     /// see the family's names), saving translates back last.
     pub dialect: Vec<(String, String)>,
+    /// Name templates `(checkpoint name, module path)`, each written once and read in
+    /// both directions; see [`Self::names`].
+    pub names: Vec<(String, String)>,
+}
+
+/// Marks a name a [`KeyMap::names`] pair has already mapped, so that no later pair maps
+/// it again; no template starts with it, and it is stripped before any table runs.
+const MAPPED: &str = "\u{1}";
+
+/// The parts of a name template: literal text, and placeholders (`{n}` a layer number,
+/// `{a|b}` one of the listed words).
+fn template_parts(template: &str) -> Vec<Result<&str, &str>> {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .map(|c| open + c)
+            .unwrap_or_else(|| panic!("name template {template:?} has an unclosed '{{'"));
+        if open > 0 {
+            parts.push(Ok(&rest[..open]));
+        }
+        parts.push(Err(&rest[open + 1..close]));
+        rest = &rest[close + 1..];
+    }
+    if !rest.is_empty() {
+        parts.push(Ok(rest));
+    }
+    parts
+}
+
+/// One direction of a [`KeyMap::names`] pair: a regex anchored at the start of `from`,
+/// and the replacement that writes `to` with the same placeholders' values.
+///
+/// # Panics
+/// Templates whose placeholders differ: a family's table is a constant, and its tests
+/// load and save through it.
+fn template_rule(from: &str, to: &str) -> (String, String) {
+    let (src, dst) = (template_parts(from), template_parts(to));
+    let holes = |parts: &[Result<&str, &str>]| -> Vec<String> {
+        parts
+            .iter()
+            .filter_map(|p| p.err().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(
+        holes(&src),
+        holes(&dst),
+        "name templates {from:?} and {to:?} must have the same placeholders in the same order"
+    );
+    let mut pattern = String::from("^");
+    for part in &src {
+        match part {
+            Ok(text) => pattern.push_str(&regex::escape(text)),
+            Err("n") => pattern.push_str(r"(\d+)"),
+            Err(words) => {
+                let words: Vec<String> = words.split('|').map(regex::escape).collect();
+                pattern.push_str(&format!("({})", words.join("|")));
+            }
+        }
+    }
+    let mut replacement = String::from(MAPPED);
+    let mut hole = 0;
+    for part in &dst {
+        match part {
+            Ok(text) => replacement.push_str(&text.replace('$', "$$")),
+            Err(_) => {
+                hole += 1;
+                replacement.push_str(&format!("${{{hole}}}"));
+            }
+        }
+    }
+    (pattern, replacement)
 }
 
 impl KeyMap {
@@ -192,6 +265,40 @@ impl KeyMap {
         self
     }
 
+    /// Adds name templates `(checkpoint name, module path)`, each written once for
+    /// loading and saving. A template is a name's prefix with placeholders, `{n}` for a
+    /// layer number and `{a|b}` for one of the listed words, the same on both sides:
+    /// `("model.layers.{n}.input_layernorm.", "layers.{n}.norm_1.")`. The first pair
+    /// whose template starts a name maps it, and no other pair does, so a more specific
+    /// pair goes before a more general one (`model.layers.{n}.input_layernorm.` before
+    /// `model.layers.`), in both columns alike.
+    pub fn names(mut self, pairs: &[(&str, &str)]) -> Self {
+        for (theirs, ours) in pairs {
+            // Checked now, so that a bad template fails where the table is built.
+            template_rule(theirs, ours);
+            self.names.push((theirs.to_string(), ours.to_string()));
+        }
+        self
+    }
+
+    /// The rules of [`Self::names`] in one direction, with the marker stripped last.
+    fn name_rules(&self, load: bool) -> Vec<(String, String)> {
+        if self.names.is_empty() {
+            return Vec::new();
+        }
+        self.names
+            .iter()
+            .map(|(theirs, ours)| {
+                if load {
+                    template_rule(theirs, ours)
+                } else {
+                    template_rule(ours, theirs)
+                }
+            })
+            .chain([(format!("^{MAPPED}"), String::new())])
+            .collect()
+    }
+
     /// Adds [`Self::dialect`] pairs `(checkpoint prefix, family prefix)`, tried in order
     /// when loading and in reverse order when saving, so that saving undoes loading.
     pub fn dialect(mut self, pairs: &[(&str, &str)]) -> Self {
@@ -200,23 +307,35 @@ impl KeyMap {
         self
     }
 
-    /// The load patterns: the dialect's, then [`Self::load`].
+    /// The load patterns: the dialect's, [`Self::names`], then [`Self::load`].
     fn load_patterns(&self) -> Vec<(String, String)> {
         self.dialect
             .iter()
             .map(|(theirs, ours)| (format!("^{}", regex::escape(theirs)), ours.clone()))
+            .chain(self.name_rules(true))
             .chain(self.load.iter().cloned())
             .collect()
     }
 
-    /// The save patterns: [`Self::save`], then the dialect's backwards.
+    /// The save patterns: [`Self::names`], [`Self::save`], Burn's norm parameters under
+    /// PyTorch's names (`gamma` and `beta` are `weight` and `bias`), then the dialect's
+    /// backwards.
     fn save_patterns(&self) -> Vec<(String, String)> {
+        let norms = [
+            (r"\.gamma$".to_string(), ".weight".to_string()),
+            (r"\.beta$".to_string(), ".bias".to_string()),
+        ];
         let back = self
             .dialect
             .iter()
             .rev()
             .map(|(theirs, ours)| (format!("^{}", regex::escape(ours)), theirs.clone()));
-        self.save.iter().cloned().chain(back).collect()
+        self.name_rules(false)
+            .into_iter()
+            .chain(self.save.iter().cloned())
+            .chain(norms)
+            .chain(back)
+            .collect()
     }
 
     /// A checkpoint name in the family's names: the dialect applied, nothing else.
@@ -800,5 +919,68 @@ mod tests {
         );
         assert_eq!(plain.family_name("roberta.x"), "roberta.x");
         assert_eq!(plain.module_path("bert.LayerNorm.w"), "bert.norm.w");
+    }
+
+    /// Name templates: each name maps by the first pair that starts it, placeholders
+    /// carry over, and saving gives back the checkpoint's name, norm parameters included.
+    #[test]
+    fn name_templates_round_trip_and_the_first_match_wins() {
+        let map = KeyMap::new().names(&[
+            ("model.layers.{n}.input_layernorm.", "layers.{n}.norm_1."),
+            (
+                "{encoder|decoder}.block.{n}.layer.0.SelfAttention.{q|k|v|o}.",
+                "{encoder|decoder}.{n}.self_attn.{q|k|v|o}_proj.",
+            ),
+            ("model.layers.", "layers."),
+            ("model.norm.", "norm_f."),
+        ]);
+        for (name, path, saved) in [
+            (
+                "model.layers.12.input_layernorm.weight",
+                "layers.12.norm_1.weight",
+                "model.layers.12.input_layernorm.weight",
+            ),
+            (
+                "model.layers.3.self_attn.q_proj.weight",
+                "layers.3.self_attn.q_proj.weight",
+                "model.layers.3.self_attn.q_proj.weight",
+            ),
+            (
+                "decoder.block.1.layer.0.SelfAttention.v.weight",
+                "decoder.1.self_attn.v_proj.weight",
+                "decoder.block.1.layer.0.SelfAttention.v.weight",
+            ),
+            ("model.norm.weight", "norm_f.weight", "model.norm.weight"),
+            ("lm_head.weight", "lm_head.weight", "lm_head.weight"),
+        ] {
+            assert_eq!(map.module_path(name), path, "{name}");
+            assert_eq!(map.checkpoint_name(path), saved, "{path}");
+        }
+        // Burn's norm parameters are saved under PyTorch's names.
+        assert_eq!(
+            map.checkpoint_name("layers.0.norm_1.gamma"),
+            "model.layers.0.input_layernorm.weight"
+        );
+        assert_eq!(map.checkpoint_name("norm_f.beta"), "model.norm.bias");
+        // A name the placeholders do not fit is left alone.
+        assert_eq!(
+            map.module_path("middle.block.1.layer.0.SelfAttention.v.weight"),
+            "middle.block.1.layer.0.SelfAttention.v.weight"
+        );
+    }
+
+    /// A pair's output is never read by a later pair: `layers.` maps to `model.layers.`
+    /// once, though the general pair `layers.` would match it again.
+    #[test]
+    fn a_mapped_name_is_not_mapped_twice() {
+        let map = KeyMap::new().names(&[("layers.", "layers.layers.")]);
+        assert_eq!(map.module_path("layers.0.w"), "layers.layers.0.w");
+        assert_eq!(map.checkpoint_name("layers.layers.0.w"), "layers.0.w");
+    }
+
+    #[test]
+    #[should_panic(expected = "must have the same placeholders in the same order")]
+    fn templates_with_other_placeholders_are_refused() {
+        let _ = KeyMap::new().names(&[("h.{n}.ln_1.", "layers.norm_1.")]);
     }
 }

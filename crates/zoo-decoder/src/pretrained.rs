@@ -290,12 +290,13 @@ impl HfDecoderConfig {
     fn key_map(&self) -> KeyMap {
         let map = match self {
             Self::Gpt2(_) => KeyMap::new()
-                .tables(&GPT2_LOAD, &GPT2_SAVE)
+                .dialect(&GPT2_PREFIX)
+                .names(&GPT2_NAMES)
                 // Old checkpoints keep the causal mask as a buffer.
                 .ignore(r"\.attn\.(bias|masked_bias)$")
                 .untransposed(r"^layers\.\d+\.(self_attn|mlp)\.[a-z_]+\.weight$"),
             Self::Llama(_) | Self::Phi3(_) => KeyMap::new()
-                .tables(&LLAMA_LOAD, &LLAMA_SAVE)
+                .names(&LLAMA_NAMES)
                 .ignore(r"\.rotary_emb\.inv_freq$"),
         };
         if self.tied() {
@@ -410,81 +411,37 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
     .with_sliding_window(window))
 }
 
-/// GPT-2 names (with or without `transformer.`) to module paths.
-const GPT2_LOAD: [(&str, &str); 9] = [
-    (r"^transformer\.", ""),
-    (r"^h\.(\d+)\.ln_1\.", "layers.${1}.norm_1."),
-    (r"^h\.(\d+)\.ln_2\.", "layers.${1}.norm_2."),
-    (
-        r"^h\.(\d+)\.attn\.c_attn\.",
-        "layers.${1}.self_attn.qkv_proj.",
-    ),
-    (
-        r"^h\.(\d+)\.attn\.c_proj\.",
-        "layers.${1}.self_attn.o_proj.",
-    ),
-    (r"^h\.(\d+)\.mlp\.c_fc\.", "layers.${1}.mlp.up_proj."),
-    (r"^h\.(\d+)\.mlp\.c_proj\.", "layers.${1}.mlp.down_proj."),
-    (r"^wpe\.", "wpe.embedding."),
-    (r"^ln_f\.", "norm_f."),
+/// GPT-2's names without the `transformer.` prefix, and module paths.
+const GPT2_NAMES: [(&str, &str); 8] = [
+    ("h.{n}.ln_1.", "layers.{n}.norm_1."),
+    ("h.{n}.ln_2.", "layers.{n}.norm_2."),
+    ("h.{n}.attn.c_attn.", "layers.{n}.self_attn.qkv_proj."),
+    ("h.{n}.attn.c_proj.", "layers.{n}.self_attn.o_proj."),
+    ("h.{n}.mlp.c_fc.", "layers.{n}.mlp.up_proj."),
+    ("h.{n}.mlp.c_proj.", "layers.{n}.mlp.down_proj."),
+    ("wpe.", "wpe.embedding."),
+    ("ln_f.", "norm_f."),
 ];
 
-/// Module paths to `GPT2LMHeadModel` names.
-const GPT2_SAVE: [(&str, &str); 11] = [
-    (r"^layers\.(\d+)\.norm_1\.", "transformer.h.${1}.ln_1."),
-    (r"^layers\.(\d+)\.norm_2\.", "transformer.h.${1}.ln_2."),
-    (
-        r"^layers\.(\d+)\.self_attn\.qkv_proj\.",
-        "transformer.h.${1}.attn.c_attn.",
-    ),
-    (
-        r"^layers\.(\d+)\.self_attn\.o_proj\.",
-        "transformer.h.${1}.attn.c_proj.",
-    ),
-    (
-        r"^layers\.(\d+)\.mlp\.up_proj\.",
-        "transformer.h.${1}.mlp.c_fc.",
-    ),
-    (
-        r"^layers\.(\d+)\.mlp\.down_proj\.",
-        "transformer.h.${1}.mlp.c_proj.",
-    ),
-    (r"^wte\.", "transformer.wte."),
-    (r"^wpe\.embedding\.", "transformer.wpe."),
-    (r"^norm_f\.", "transformer.ln_f."),
-    (r"\.gamma$", ".weight"),
-    (r"\.beta$", ".bias"),
+/// `GPT2LMHeadModel`'s prefix, which bare `GPT2Model` checkpoints do not have: read with
+/// it or without, written with it.
+const GPT2_PREFIX: [(&str, &str); 4] = [
+    ("transformer.h.", "h."),
+    ("transformer.wte.", "wte."),
+    ("transformer.wpe.", "wpe."),
+    ("transformer.ln_f.", "ln_f."),
 ];
 
-/// Llama-family names to module paths.
-const LLAMA_LOAD: [(&str, &str); 5] = [
-    (r"^model\.embed_tokens\.", "wte."),
+/// Llama-family names (Mistral, Qwen2, Phi-3 alike) and module paths.
+const LLAMA_NAMES: [(&str, &str); 5] = [
+    ("model.embed_tokens.", "wte."),
+    ("model.layers.{n}.input_layernorm.", "layers.{n}.norm_1."),
     (
-        r"^model\.layers\.(\d+)\.input_layernorm\.",
-        "layers.${1}.norm_1.",
+        "model.layers.{n}.post_attention_layernorm.",
+        "layers.{n}.norm_2.",
     ),
-    (
-        r"^model\.layers\.(\d+)\.post_attention_layernorm\.",
-        "layers.${1}.norm_2.",
-    ),
-    (r"^model\.layers\.", "layers."),
-    (r"^model\.norm\.", "norm_f."),
-];
-
-/// Module paths to Llama-family names.
-const LLAMA_SAVE: [(&str, &str); 6] = [
-    (r"^wte\.", "model.embed_tokens."),
-    (
-        r"^layers\.(\d+)\.norm_1\.",
-        "model.layers.${1}.input_layernorm.",
-    ),
-    (
-        r"^layers\.(\d+)\.norm_2\.",
-        "model.layers.${1}.post_attention_layernorm.",
-    ),
-    (r"^layers\.", "model.layers."),
-    (r"^norm_f\.", "model.norm."),
-    (r"\.gamma$", ".weight"),
+    ("model.layers.", "layers."),
+    ("model.norm.", "norm_f."),
 ];
 
 impl DecoderLm {

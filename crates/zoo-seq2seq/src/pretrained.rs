@@ -36,171 +36,103 @@ use crate::error::{Result, Seq2SeqError};
 use crate::marian::MarianMtModel;
 use crate::t5::T5ForConditionalGeneration;
 
-const T5_LOAD: [(&str, &str); 14] = [
-    (
-        r"^(encoder|decoder)\.block\.(\d+)\.layer\.0\.SelfAttention\.relative_attention_bias\.",
-        "${1}.${2}.self_attn.relative_bias.relative_attention_bias.",
-    ),
-    (
-        r"^(encoder|decoder)\.block\.(\d+)\.layer\.0\.SelfAttention\.([qkvo])\.",
-        "${1}.${2}.self_attn.${3}_proj.",
-    ),
-    (
-        r"^(encoder|decoder)\.block\.(\d+)\.layer\.0\.layer_norm\.",
-        "${1}.${2}.norm_1.",
-    ),
-    (
-        r"^decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.([qkvo])\.",
-        "decoder.${1}.cross_attn.${2}_proj.",
-    ),
-    (
-        r"^decoder\.block\.(\d+)\.layer\.1\.layer_norm\.",
-        "decoder.${1}.norm_cross.",
-    ),
-    (r"^encoder\.block\.(\d+)\.layer\.1\.", "encoder.${1}.ff."),
-    (r"^decoder\.block\.(\d+)\.layer\.2\.", "decoder.${1}.ff."),
-    (r"\.ff\.DenseReluDense\.wi\.", ".mlp.up_proj."),
-    (r"\.ff\.DenseReluDense\.wi_0\.", ".mlp.gate_proj."),
-    (r"\.ff\.DenseReluDense\.wi_1\.", ".mlp.up_proj."),
-    (r"\.ff\.DenseReluDense\.wo\.", ".mlp.down_proj."),
-    (r"\.ff\.layer_norm\.", ".norm_2."),
-    (r"^encoder\.final_layer_norm\.", "encoder_norm."),
-    (r"^decoder\.final_layer_norm\.", "decoder_norm."),
-];
-
-fn t5_save(gated: bool) -> Vec<(&'static str, &'static str)> {
-    vec![
+/// T5's names and module paths, with the MLP's up projection named as the config says
+/// (`wi_1` beside the gate `wi_0` in gated checkpoints, `wi` alone otherwise).
+fn t5_names(gated: bool) -> Vec<(String, String)> {
+    let up = if gated { "wi_1" } else { "wi" };
+    let mut names: Vec<(String, String)> = [
         (
-            r"^(encoder|decoder)\.(\d+)\.self_attn\.relative_bias\.relative_attention_bias\.",
-            "${1}.block.${2}.layer.0.SelfAttention.relative_attention_bias.",
+            "{encoder|decoder}.block.{n}.layer.0.SelfAttention.relative_attention_bias.",
+            "{encoder|decoder}.{n}.self_attn.relative_bias.relative_attention_bias.",
         ),
         (
-            r"^(encoder|decoder)\.(\d+)\.self_attn\.([qkvo])_proj\.",
-            "${1}.block.${2}.layer.0.SelfAttention.${3}.",
+            "{encoder|decoder}.block.{n}.layer.0.SelfAttention.{q|k|v|o}.",
+            "{encoder|decoder}.{n}.self_attn.{q|k|v|o}_proj.",
         ),
         (
-            r"^(encoder|decoder)\.(\d+)\.norm_1\.",
-            "${1}.block.${2}.layer.0.layer_norm.",
+            "{encoder|decoder}.block.{n}.layer.0.layer_norm.",
+            "{encoder|decoder}.{n}.norm_1.",
         ),
         (
-            r"^decoder\.(\d+)\.cross_attn\.([qkvo])_proj\.",
-            "decoder.block.${1}.layer.1.EncDecAttention.${2}.",
+            "decoder.block.{n}.layer.1.EncDecAttention.{q|k|v|o}.",
+            "decoder.{n}.cross_attn.{q|k|v|o}_proj.",
         ),
         (
-            r"^decoder\.(\d+)\.norm_cross\.",
-            "decoder.block.${1}.layer.1.layer_norm.",
+            "decoder.block.{n}.layer.1.layer_norm.",
+            "decoder.{n}.norm_cross.",
         ),
-        (
-            r"^encoder\.(\d+)\.(mlp|norm_2)\.",
-            "encoder.block.${1}.layer.1.${2}.",
-        ),
-        (
-            r"^decoder\.(\d+)\.(mlp|norm_2)\.",
-            "decoder.block.${1}.layer.2.${2}.",
-        ),
-        (r"\.mlp\.gate_proj\.", ".DenseReluDense.wi_0."),
-        (
-            r"\.mlp\.up_proj\.",
-            if gated {
-                ".DenseReluDense.wi_1."
-            } else {
-                ".DenseReluDense.wi."
-            },
-        ),
-        (r"\.mlp\.down_proj\.", ".DenseReluDense.wo."),
-        (r"\.norm_2\.", ".layer_norm."),
-        (r"^encoder_norm\.", "encoder.final_layer_norm."),
-        (r"^decoder_norm\.", "decoder.final_layer_norm."),
-        (r"\.gamma$", ".weight"),
+        ("encoder.final_layer_norm.", "encoder_norm."),
+        ("decoder.final_layer_norm.", "decoder_norm."),
     ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    // The feed-forward sub-layer is the encoder block's second and the decoder's third.
+    for (stack, layer) in [("encoder", 1), ("decoder", 2)] {
+        for (theirs, ours) in [
+            ("DenseReluDense.wi_0.", "mlp.gate_proj."),
+            (&format!("DenseReluDense.{up}."), "mlp.up_proj."),
+            ("DenseReluDense.wo.", "mlp.down_proj."),
+            ("layer_norm.", "norm_2."),
+        ] {
+            names.push((
+                format!("{stack}.block.{{n}}.layer.{layer}.{theirs}"),
+                format!("{stack}.{{n}}.{ours}"),
+            ));
+        }
+    }
+    names
 }
 
-const MARIAN_LOAD: [(&str, &str); 10] = [
-    (r"^model\.shared\.", "shared."),
+/// Marian's names (HF `MarianMTModel`) and module paths.
+const MARIAN_NAMES: [(&str, &str); 10] = [
+    ("model.shared.", "shared."),
     (
-        r"^model\.(encoder|decoder)\.layers\.(\d+)\.self_attn\.out_proj\.",
-        "${1}.${2}.self_attn.o_proj.",
+        "model.{encoder|decoder}.layers.{n}.self_attn.out_proj.",
+        "{encoder|decoder}.{n}.self_attn.o_proj.",
     ),
     (
-        r"^model\.(encoder|decoder)\.layers\.(\d+)\.self_attn\.",
-        "${1}.${2}.self_attn.",
+        "model.{encoder|decoder}.layers.{n}.self_attn.",
+        "{encoder|decoder}.{n}.self_attn.",
     ),
     (
-        r"^model\.(encoder|decoder)\.layers\.(\d+)\.self_attn_layer_norm\.",
-        "${1}.${2}.norm_1.",
+        "model.{encoder|decoder}.layers.{n}.self_attn_layer_norm.",
+        "{encoder|decoder}.{n}.norm_1.",
     ),
     (
-        r"^model\.decoder\.layers\.(\d+)\.encoder_attn\.out_proj\.",
-        "decoder.${1}.cross_attn.o_proj.",
+        "model.decoder.layers.{n}.encoder_attn.out_proj.",
+        "decoder.{n}.cross_attn.o_proj.",
     ),
     (
-        r"^model\.decoder\.layers\.(\d+)\.encoder_attn\.",
-        "decoder.${1}.cross_attn.",
+        "model.decoder.layers.{n}.encoder_attn.",
+        "decoder.{n}.cross_attn.",
     ),
     (
-        r"^model\.decoder\.layers\.(\d+)\.encoder_attn_layer_norm\.",
-        "decoder.${1}.norm_cross.",
+        "model.decoder.layers.{n}.encoder_attn_layer_norm.",
+        "decoder.{n}.norm_cross.",
     ),
     (
-        r"^model\.(encoder|decoder)\.layers\.(\d+)\.fc1\.",
-        "${1}.${2}.mlp.up_proj.",
+        "model.{encoder|decoder}.layers.{n}.fc1.",
+        "{encoder|decoder}.{n}.mlp.up_proj.",
     ),
     (
-        r"^model\.(encoder|decoder)\.layers\.(\d+)\.fc2\.",
-        "${1}.${2}.mlp.down_proj.",
+        "model.{encoder|decoder}.layers.{n}.fc2.",
+        "{encoder|decoder}.{n}.mlp.down_proj.",
     ),
     (
-        r"^model\.(encoder|decoder)\.layers\.(\d+)\.final_layer_norm\.",
-        "${1}.${2}.norm_2.",
+        "model.{encoder|decoder}.layers.{n}.final_layer_norm.",
+        "{encoder|decoder}.{n}.norm_2.",
     ),
-];
-
-const MARIAN_SAVE: [(&str, &str); 12] = [
-    (r"^shared\.", "model.shared."),
-    (
-        r"^(encoder|decoder)\.(\d+)\.self_attn\.o_proj\.",
-        "model.${1}.layers.${2}.self_attn.out_proj.",
-    ),
-    (
-        r"^(encoder|decoder)\.(\d+)\.self_attn\.",
-        "model.${1}.layers.${2}.self_attn.",
-    ),
-    (
-        r"^(encoder|decoder)\.(\d+)\.norm_1\.",
-        "model.${1}.layers.${2}.self_attn_layer_norm.",
-    ),
-    (
-        r"^decoder\.(\d+)\.cross_attn\.o_proj\.",
-        "model.decoder.layers.${1}.encoder_attn.out_proj.",
-    ),
-    (
-        r"^decoder\.(\d+)\.cross_attn\.",
-        "model.decoder.layers.${1}.encoder_attn.",
-    ),
-    (
-        r"^decoder\.(\d+)\.norm_cross\.",
-        "model.decoder.layers.${1}.encoder_attn_layer_norm.",
-    ),
-    (
-        r"^(encoder|decoder)\.(\d+)\.mlp\.up_proj\.",
-        "model.${1}.layers.${2}.fc1.",
-    ),
-    (
-        r"^(encoder|decoder)\.(\d+)\.mlp\.down_proj\.",
-        "model.${1}.layers.${2}.fc2.",
-    ),
-    (
-        r"^(encoder|decoder)\.(\d+)\.norm_2\.",
-        "model.${1}.layers.${2}.final_layer_norm.",
-    ),
-    (r"\.gamma$", ".weight"),
-    (r"\.beta$", ".bias"),
 ];
 
 fn t5_map(cfg: &T5Config) -> KeyMap {
-    let save = t5_save(cfg.feed_forward_proj.starts_with("gated"));
+    let names = t5_names(cfg.feed_forward_proj.starts_with("gated"));
+    let names: Vec<(&str, &str)> = names
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let map = KeyMap::new()
-        .tables(&T5_LOAD, &save)
+        .names(&names)
         .ignore(r"^(encoder|decoder)\.embed_tokens\.weight$");
     if cfg.tie_word_embeddings {
         map.ignore(r"^lm_head\.weight$")
@@ -211,7 +143,7 @@ fn t5_map(cfg: &T5Config) -> KeyMap {
 
 fn marian_map() -> KeyMap {
     KeyMap::new()
-        .tables(&MARIAN_LOAD, &MARIAN_SAVE)
+        .names(&MARIAN_NAMES)
         .ignore(r"^model\.(encoder|decoder)\.(embed_tokens|embed_positions)\.weight$")
         .ignore(r"^lm_head\.weight$")
 }

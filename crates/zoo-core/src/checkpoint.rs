@@ -1,9 +1,11 @@
 //! Loading and saving HuggingFace checkpoints, written once for every family.
 //!
-//! A family describes its checkpoint layout as a [`KeyMap`]: regex renames from HF's
-//! tensor names to the module's paths (and back, for saving), and the names that are not
-//! weights of the model (buffers such as `position_ids`, another head's tensors). The
-//! rest is here:
+//! A family describes its checkpoint layout as a [`KeyMap`]: name templates, each a pair
+//! of an HF name and a module path written once and read both ways
+//! ([`KeyMap::names`]), where its base model sits in its head models
+//! ([`KeyMap::base_model`]), a member's differing prefixes ([`KeyMap::dialect`]), and the
+//! names that are not weights of the model (buffers such as `position_ids`, another
+//! head's tensors). The rest is here:
 //!
 //! - [`read_config`]: `config.json`, deserialized into the family's config type, with the
 //!   file named in every error;
@@ -144,11 +146,6 @@ impl fmt::Display for TensorReport {
 /// How a family's checkpoint names relate to its module paths.
 #[derive(Debug, Clone, Default)]
 pub struct KeyMap {
-    /// `(regex, replacement)` from checkpoint names to module paths, applied in order.
-    pub load: Vec<(String, String)>,
-    /// `(regex, replacement)` from module paths to checkpoint names, for saving and for
-    /// naming missing tensors as the checkpoint would.
-    pub save: Vec<(String, String)>,
     /// Regexes over checkpoint names (after [`Self::dialect`]) of tensors that are not
     /// weights of this model: they are dropped before loading (a buffer, a tied copy,
     /// another head).
@@ -158,7 +155,7 @@ pub struct KeyMap {
     /// transpose that PyTorch's `nn.Linear` weights get.
     pub untransposed: Vec<String>,
     /// Literal name prefixes `(checkpoint's, family's)` of a family member whose
-    /// checkpoints name what the family's tables already map, differently (RoBERTa's
+    /// checkpoints name what the family's names already map, differently (RoBERTa's
     /// `roberta.` and `lm_head.dense.` for BERT's `bert.` and
     /// `cls.predictions.transform.dense.`). Each pair is written once and serves both
     /// directions: loading translates a checkpoint name first (so `ignore` and `load`
@@ -167,6 +164,10 @@ pub struct KeyMap {
     /// Name templates `(checkpoint name, module path)`, each written once and read in
     /// both directions; see [`Self::names`].
     pub names: Vec<(String, String)>,
+    /// `(regex, replacement)` over checkpoint names (after the dialect, before the
+    /// names) for the other layouts a checkpoint of the same names may come in, which
+    /// are read but never written; see [`Self::base_model`].
+    pub aliases: Vec<(String, String)>,
 }
 
 /// Marks a name a [`KeyMap::names`] pair has already mapped, so that no later pair maps
@@ -245,24 +246,43 @@ impl KeyMap {
         Self::default()
     }
 
-    /// Appends a family's rename tables: `load` (checkpoint name to module path) and
-    /// `save` (module path to checkpoint name), each `(regex, replacement)` in order.
-    pub fn tables(mut self, load: &[(&str, &str)], save: &[(&str, &str)]) -> Self {
-        let owned = |t: &[(&str, &str)]| -> Vec<(String, String)> {
-            t.iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect()
-        };
-        self.load.extend(owned(load));
-        self.save.extend(owned(save));
-        self
+    /// Adds [`Self::names`] pairs with `prefix` before both templates: a family's base
+    /// model inside a head model (`bert.`), or `""` for the base model itself.
+    pub fn names_under(self, prefix: &str, pairs: &[(&str, &str)]) -> Self {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(theirs, ours)| (format!("{prefix}{theirs}"), format!("{prefix}{ours}")))
+            .collect();
+        let pairs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        self.names(&pairs)
     }
 
-    /// Adds a rename in both directions.
-    pub fn rename(mut self, load: (&str, &str), save: (&str, &str)) -> Self {
-        self.load.push((load.0.into(), load.1.into()));
-        self.save.push((save.0.into(), save.1.into()));
-        self
+    /// Where a family's base model sits: bare in the base model (HF `BertModel`,
+    /// `ViTModel`), under `prefix` in its head models (`bert.`, `vit.`), as in HF. Either
+    /// layout loads into either model: a head checkpoint's base into the base model (the
+    /// prefix read away), a bare checkpoint, whose names start with one of `roots`, into
+    /// a head model (the prefix read in). Saving writes the model's own layout. Returns
+    /// the prefix the base model's [`Self::names_under`] take.
+    pub fn base_model(mut self, prefix: &str, head: bool, roots: &[&str]) -> (Self, String) {
+        let alias = if head {
+            let roots: Vec<String> = roots.iter().map(|r| regex::escape(r)).collect();
+            (
+                format!(r"^({})\.", roots.join("|")),
+                format!("{prefix}${{1}}."),
+            )
+        } else {
+            (format!("^{}", regex::escape(prefix)), String::new())
+        };
+        self.aliases.push(alias);
+        let under = if head {
+            prefix.to_string()
+        } else {
+            String::new()
+        };
+        (self, under)
     }
 
     /// Adds name templates `(checkpoint name, module path)`, each written once for
@@ -307,19 +327,18 @@ impl KeyMap {
         self
     }
 
-    /// The load patterns: the dialect's, [`Self::names`], then [`Self::load`].
+    /// The load patterns: the dialect's, the aliases, then [`Self::names`].
     fn load_patterns(&self) -> Vec<(String, String)> {
         self.dialect
             .iter()
             .map(|(theirs, ours)| (format!("^{}", regex::escape(theirs)), ours.clone()))
+            .chain(self.aliases.iter().cloned())
             .chain(self.name_rules(true))
-            .chain(self.load.iter().cloned())
             .collect()
     }
 
-    /// The save patterns: [`Self::names`], [`Self::save`], Burn's norm parameters under
-    /// PyTorch's names (`gamma` and `beta` are `weight` and `bias`), then the dialect's
-    /// backwards.
+    /// The save patterns: [`Self::names`], Burn's norm parameters under PyTorch's names
+    /// (`gamma` and `beta` are `weight` and `bias`), then the dialect's backwards.
     fn save_patterns(&self) -> Vec<(String, String)> {
         let norms = [
             (r"\.gamma$".to_string(), ".weight".to_string()),
@@ -332,7 +351,6 @@ impl KeyMap {
             .map(|(theirs, ours)| (format!("^{}", regex::escape(ours)), theirs.clone()));
         self.name_rules(false)
             .into_iter()
-            .chain(self.save.iter().cloned())
             .chain(norms)
             .chain(back)
             .collect()
@@ -753,7 +771,7 @@ pub fn load_into<M: Module>(
     load_tensors(module, tensors, map, file.path())
 }
 
-/// Writes `module` as HF-layout safetensors at `path`, through `map.save`: `Linear`
+/// Writes `module` as HF-layout safetensors at `path`, through `map`'s names: `Linear`
 /// weights transposed back to `[out, in]`, norm parameters named `weight` and `bias`.
 /// The file appears whole or not at all.
 ///
@@ -876,27 +894,20 @@ pub fn cache_dir() -> PathBuf {
 mod tests {
     use super::*;
 
-    /// A family's tables with a member's dialect on top: every name maps to its module
+    /// A family's names with a member's dialect on top: every name maps to its module
     /// path and back to itself, and the dialect's pairs that share a prefix
     /// (`classifier.` inside `classifier.dense.`) do not capture each other's names.
     #[test]
-    fn a_dialect_round_trips_through_the_family_tables() {
-        let map = KeyMap::new()
-            .tables(
-                &[
-                    (r"^bert\.pooler\.dense\.", "bert.pooler."),
-                    (r"\.LayerNorm\.", ".norm."),
-                ],
-                &[
-                    (r"^bert\.pooler\.", "bert.pooler.dense."),
-                    (r"\.norm\.", ".LayerNorm."),
-                ],
-            )
-            .dialect(&[
-                ("roberta.", "bert."),
-                ("classifier.dense.", "bert.pooler.dense."),
-                ("classifier.out_proj.", "classifier."),
-            ]);
+    fn a_dialect_round_trips_through_the_family_names() {
+        let names = [
+            ("bert.pooler.dense.", "bert.pooler."),
+            ("bert.embeddings.LayerNorm.", "bert.embeddings.norm."),
+        ];
+        let map = KeyMap::new().names(&names).dialect(&[
+            ("roberta.", "bert."),
+            ("classifier.dense.", "bert.pooler.dense."),
+            ("classifier.out_proj.", "classifier."),
+        ]);
         for (name, path) in [
             (
                 "roberta.embeddings.LayerNorm.weight",
@@ -913,12 +924,47 @@ mod tests {
             "bert.pooler.dense.bias"
         );
         // Without the dialect the family's own names pass through unchanged.
-        let plain = KeyMap::new().tables(
-            &[(r"\.LayerNorm\.", ".norm.")],
-            &[(r"\.norm\.", ".LayerNorm.")],
-        );
+        let plain = KeyMap::new().names(&names);
         assert_eq!(plain.family_name("roberta.x"), "roberta.x");
-        assert_eq!(plain.module_path("bert.LayerNorm.w"), "bert.norm.w");
+        assert_eq!(
+            plain.module_path("bert.embeddings.LayerNorm.w"),
+            "bert.embeddings.norm.w"
+        );
+    }
+
+    /// A base model reads a head checkpoint's base, a head model a bare checkpoint, and
+    /// each saves its own layout.
+    #[test]
+    fn either_layout_loads_into_either_model() {
+        let names = [(
+            "encoder.layer.{n}.output.dense.",
+            "layers.{n}.mlp.down_proj.",
+        )];
+        let roots = ["embeddings", "encoder", "pooler"];
+        let (base, under) = KeyMap::new().base_model("bert.", false, &roots);
+        let base = base.names_under(&under, &names);
+        let (head, under) = KeyMap::new().base_model("bert.", true, &roots);
+        let head = head.names_under(&under, &names);
+        for name in [
+            "encoder.layer.2.output.dense.weight",
+            "bert.encoder.layer.2.output.dense.weight",
+        ] {
+            assert_eq!(base.module_path(name), "layers.2.mlp.down_proj.weight");
+            assert_eq!(head.module_path(name), "bert.layers.2.mlp.down_proj.weight");
+        }
+        assert_eq!(
+            base.checkpoint_name("layers.2.mlp.down_proj.weight"),
+            "encoder.layer.2.output.dense.weight"
+        );
+        assert_eq!(
+            head.checkpoint_name("bert.layers.2.mlp.down_proj.weight"),
+            "bert.encoder.layer.2.output.dense.weight"
+        );
+        // A head's own names are not the base model's: `cls.` is left alone.
+        assert_eq!(
+            head.module_path("cls.predictions.bias"),
+            "cls.predictions.bias"
+        );
     }
 
     /// Name templates: each name maps by the first pair that starts it, placeholders

@@ -1,7 +1,7 @@
 //! HF checkpoints of the decoder family: `GPT2LMHeadModel`, `LlamaForCausalLM`, the
 //! variants that differ from Llama only in config, `MistralForCausalLM` (a sliding window)
 //! and `Qwen2ForCausalLM` (biases on Q, K and V), and [`crate::phi3`]'s
-//! `Phi3ForCausalLM`, whose fused projections load through the Llama table.
+//! `Phi3ForCausalLM`, whose fused projections load through the Llama names.
 //!
 //! [`HfDecoderConfig::from_pretrained`] reads `config.json` with HF's field names and
 //! dispatches on its `model_type`; [`DecoderLm::from_pretrained`] loads the weights

@@ -63,80 +63,48 @@ pub fn layout(model_type: Option<&str>) -> &'static Layout {
         .unwrap_or(&BERT)
 }
 
-/// HF names to module paths, the same inside the `bert.` prefix or bare.
-const LOAD: [(&str, &str); 9] = [
-    (r"embeddings\.LayerNorm\.", "embeddings.layer_norm."),
+/// BERT's names of the base model and module paths, the same bare or under `bert.`.
+const NAMES: [(&str, &str); 9] = [
+    ("embeddings.LayerNorm.", "embeddings.layer_norm."),
     (
-        r"encoder\.layer\.(\d+)\.attention\.self\.query\.",
-        "layers.${1}.attention.q_proj.",
+        "encoder.layer.{n}.attention.self.query.",
+        "layers.{n}.attention.q_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.self\.key\.",
-        "layers.${1}.attention.k_proj.",
+        "encoder.layer.{n}.attention.self.key.",
+        "layers.{n}.attention.k_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.self\.value\.",
-        "layers.${1}.attention.v_proj.",
+        "encoder.layer.{n}.attention.self.value.",
+        "layers.{n}.attention.v_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.output\.dense\.",
-        "layers.${1}.attention.o_proj.",
+        "encoder.layer.{n}.attention.output.dense.",
+        "layers.{n}.attention.o_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.output\.LayerNorm\.",
-        "layers.${1}.attention_norm.",
+        "encoder.layer.{n}.attention.output.LayerNorm.",
+        "layers.{n}.attention_norm.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.intermediate\.dense\.",
-        "layers.${1}.mlp.up_proj.",
+        "encoder.layer.{n}.intermediate.dense.",
+        "layers.{n}.mlp.up_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.output\.dense\.",
-        "layers.${1}.mlp.down_proj.",
+        "encoder.layer.{n}.output.dense.",
+        "layers.{n}.mlp.down_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.output\.LayerNorm\.",
-        "layers.${1}.output_norm.",
+        "encoder.layer.{n}.output.LayerNorm.",
+        "layers.{n}.output_norm.",
     ),
 ];
 
-/// Module paths to HF names: [`LOAD`] backwards, plus the norm parameters.
-const SAVE: [(&str, &str); 11] = [
-    (r"embeddings\.layer_norm\.", "embeddings.LayerNorm."),
-    (
-        r"layers\.(\d+)\.attention\.q_proj\.",
-        "encoder.layer.${1}.attention.self.query.",
-    ),
-    (
-        r"layers\.(\d+)\.attention\.k_proj\.",
-        "encoder.layer.${1}.attention.self.key.",
-    ),
-    (
-        r"layers\.(\d+)\.attention\.v_proj\.",
-        "encoder.layer.${1}.attention.self.value.",
-    ),
-    (
-        r"layers\.(\d+)\.attention\.o_proj\.",
-        "encoder.layer.${1}.attention.output.dense.",
-    ),
-    (
-        r"layers\.(\d+)\.attention_norm\.",
-        "encoder.layer.${1}.attention.output.LayerNorm.",
-    ),
-    (
-        r"layers\.(\d+)\.mlp\.up_proj\.",
-        "encoder.layer.${1}.intermediate.dense.",
-    ),
-    (
-        r"layers\.(\d+)\.mlp\.down_proj\.",
-        "encoder.layer.${1}.output.dense.",
-    ),
-    (
-        r"layers\.(\d+)\.output_norm\.",
-        "encoder.layer.${1}.output.LayerNorm.",
-    ),
-    (r"\.gamma$", ".weight"),
-    (r"\.beta$", ".bias"),
+/// The masked-LM head's names (the decoder itself is tied to the word embeddings).
+const MLM_NAMES: [(&str, &str); 3] = [
+    ("cls.predictions.transform.dense.", "transform."),
+    ("cls.predictions.transform.LayerNorm.", "transform_norm."),
+    ("cls.predictions.bias", "decoder_bias"),
 ];
 
 /// Which model a checkpoint is loaded into.
@@ -161,34 +129,15 @@ impl Target {
         if self == Self::SequenceClassification {
             map = map.dialect(layout.sequence_classifier);
         }
-        let mut map = map.ignore(r"(^|\.)position_ids$");
-        // The layout: a bare checkpoint into a head model, or a prefixed one into the base.
-        map.load.push(match self {
-            Self::Base => (r"^bert\.".into(), String::new()),
-            _ => (
-                r"^(embeddings|encoder|pooler)\.".into(),
-                "bert.${1}.".into(),
-            ),
-        });
-        let map = map.tables(&LOAD, &SAVE);
+        let roots = ["embeddings", "encoder", "pooler"];
+        let (map, under) =
+            map.ignore(r"(^|\.)position_ids$")
+                .base_model("bert.", self != Self::Base, &roots);
+        let map = map.names_under(&under, &NAMES);
         match self {
             Self::Base => map.ignore(r"^cls\.").ignore(r"^classifier\."),
             Self::MaskedLm => map
-                .rename(
-                    (r"^cls\.predictions\.transform\.dense\.", "transform."),
-                    (r"^transform\.", "cls.predictions.transform.dense."),
-                )
-                .rename(
-                    (
-                        r"^cls\.predictions\.transform\.LayerNorm\.",
-                        "transform_norm.",
-                    ),
-                    (r"^transform_norm\.", "cls.predictions.transform.LayerNorm."),
-                )
-                .rename(
-                    (r"^cls\.predictions\.bias$", "decoder_bias"),
-                    (r"^decoder_bias$", "cls.predictions.bias"),
-                )
+                .names(&MLM_NAMES)
                 // The decoder is tied to the word embeddings; NSP is another task.
                 .ignore(r"^cls\.predictions\.decoder\.")
                 .ignore(r"^cls\.seq_relationship\.")

@@ -25,78 +25,34 @@ use crate::config::ViTConfig;
 use crate::error::Result;
 use crate::model::{ViTForImageClassification, ViTModel};
 
-/// HF names to module paths, the same inside the `vit.` prefix or bare.
-const LOAD: [(&str, &str); 8] = [
+/// ViT's names of the base model and module paths, the same bare or under `vit.`.
+const NAMES: [(&str, &str); 8] = [
     (
-        r"encoder\.layer\.(\d+)\.attention\.attention\.query\.",
-        "layers.${1}.self_attn.q_proj.",
+        "encoder.layer.{n}.attention.attention.query.",
+        "layers.{n}.self_attn.q_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.attention\.key\.",
-        "layers.${1}.self_attn.k_proj.",
+        "encoder.layer.{n}.attention.attention.key.",
+        "layers.{n}.self_attn.k_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.attention\.value\.",
-        "layers.${1}.self_attn.v_proj.",
+        "encoder.layer.{n}.attention.attention.value.",
+        "layers.{n}.self_attn.v_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.attention\.output\.dense\.",
-        "layers.${1}.self_attn.o_proj.",
+        "encoder.layer.{n}.attention.output.dense.",
+        "layers.{n}.self_attn.o_proj.",
+    ),
+    ("encoder.layer.{n}.layernorm_before.", "layers.{n}.norm_1."),
+    ("encoder.layer.{n}.layernorm_after.", "layers.{n}.norm_2."),
+    (
+        "encoder.layer.{n}.intermediate.dense.",
+        "layers.{n}.mlp.up_proj.",
     ),
     (
-        r"encoder\.layer\.(\d+)\.layernorm_before\.",
-        "layers.${1}.norm_1.",
+        "encoder.layer.{n}.output.dense.",
+        "layers.{n}.mlp.down_proj.",
     ),
-    (
-        r"encoder\.layer\.(\d+)\.layernorm_after\.",
-        "layers.${1}.norm_2.",
-    ),
-    (
-        r"encoder\.layer\.(\d+)\.intermediate\.dense\.",
-        "layers.${1}.mlp.up_proj.",
-    ),
-    (
-        r"encoder\.layer\.(\d+)\.output\.dense\.",
-        "layers.${1}.mlp.down_proj.",
-    ),
-];
-
-/// Module paths to HF names: [`LOAD`] backwards, plus the norm parameters.
-const SAVE: [(&str, &str); 10] = [
-    (
-        r"layers\.(\d+)\.self_attn\.q_proj\.",
-        "encoder.layer.${1}.attention.attention.query.",
-    ),
-    (
-        r"layers\.(\d+)\.self_attn\.k_proj\.",
-        "encoder.layer.${1}.attention.attention.key.",
-    ),
-    (
-        r"layers\.(\d+)\.self_attn\.v_proj\.",
-        "encoder.layer.${1}.attention.attention.value.",
-    ),
-    (
-        r"layers\.(\d+)\.self_attn\.o_proj\.",
-        "encoder.layer.${1}.attention.output.dense.",
-    ),
-    (
-        r"layers\.(\d+)\.norm_1\.",
-        "encoder.layer.${1}.layernorm_before.",
-    ),
-    (
-        r"layers\.(\d+)\.norm_2\.",
-        "encoder.layer.${1}.layernorm_after.",
-    ),
-    (
-        r"layers\.(\d+)\.mlp\.up_proj\.",
-        "encoder.layer.${1}.intermediate.dense.",
-    ),
-    (
-        r"layers\.(\d+)\.mlp\.down_proj\.",
-        "encoder.layer.${1}.output.dense.",
-    ),
-    (r"\.gamma$", ".weight"),
-    (r"\.beta$", ".bias"),
 ];
 
 /// Which model a checkpoint is loaded into.
@@ -117,15 +73,11 @@ impl Target {
 
     fn key_map(self) -> KeyMap {
         // `mask_token` belongs to masked image modelling, another task.
-        let mut map = KeyMap::new().ignore(r"(^|\.)embeddings\.mask_token$");
-        map.load.push(match self {
-            Self::Base => (r"^vit\.".into(), String::new()),
-            Self::ImageClassification => (
-                r"^(embeddings|encoder|layernorm|pooler)\.".into(),
-                "vit.${1}.".into(),
-            ),
-        });
-        let map = map.tables(&LOAD, &SAVE);
+        let roots = ["embeddings", "encoder", "layernorm", "pooler"];
+        let (map, under) = KeyMap::new()
+            .ignore(r"(^|\.)embeddings\.mask_token$")
+            .base_model("vit.", self == Self::ImageClassification, &roots);
+        let map = map.names_under(&under, &NAMES);
         match self {
             Self::Base => map.ignore(r"^classifier\."),
             // HF's classifier is built without the pooler.

@@ -1,0 +1,112 @@
+//! Loading a checkpoint's tensors into a module, with one report of every tensor that
+//! does not fit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use burn::module::Module;
+use burn::store::{ApplyError, ModuleSnapshot};
+
+use super::keymap::Direction;
+use super::weights::widen;
+use super::{CheckpointError, KeyMap, PackTensor, TensorReport, WeightsFile};
+
+/// Loads `tensors` (by checkpoint name) into `module` through `map`.
+///
+/// Returns the checkpoint names that were loaded. Nothing is half-loaded silently: when
+/// any tensor is missing, unexpected or mis-shaped, the error lists them all.
+///
+/// # Errors
+/// [`CheckpointError::Tensors`], naming `path` (the file the tensors came from).
+pub fn load_tensors<M: Module>(
+    module: &mut M,
+    tensors: BTreeMap<String, PackTensor>,
+    map: &KeyMap,
+    path: &Path,
+) -> Result<Vec<String>, CheckpointError> {
+    let ignore: Vec<regex::Regex> = map
+        .ignore
+        .iter()
+        .map(|p| regex::Regex::new(p).expect("a family's key map has a bad regex"))
+        .collect();
+    let kept: Vec<PackTensor> = tensors
+        .into_values()
+        .filter(|t| {
+            let name = map.family_name(&t.name);
+            !ignore.iter().any(|re| re.is_match(&name))
+        })
+        .map(widen)
+        .collect();
+    let file_shapes: BTreeMap<String, Vec<usize>> = kept
+        .iter()
+        .map(|t| (t.name.clone(), t.shape.to_vec()))
+        .collect();
+    let (renamed, names) = KeyMap::remapper(&map.load_patterns()).remap(kept);
+    // module path -> checkpoint name
+    let original: BTreeMap<String, String> = names.into_iter().collect();
+    let checkpoint_name = |module_path: &str| {
+        original
+            .get(module_path)
+            .cloned()
+            .unwrap_or_else(|| map.checkpoint_name(module_path))
+    };
+    let model_shapes: BTreeMap<String, Vec<usize>> = module
+        .collect(None, None, true)
+        .into_iter()
+        .map(|t| (t.name.clone(), t.shape.to_vec()))
+        .collect();
+
+    let adapter = map.adapter(Direction::ToBurn);
+    let result = module.apply(renamed, None, Some(Box::new(adapter)), true);
+
+    let mut report = TensorReport::default();
+    for (module_path, _) in &result.missing {
+        let shape = model_shapes.get(module_path).cloned().unwrap_or_default();
+        report
+            .missing
+            .push((map.checkpoint_name(module_path), shape));
+    }
+    for module_path in &result.unused {
+        let name = checkpoint_name(module_path);
+        let shape = file_shapes.get(&name).cloned().unwrap_or_default();
+        report.unexpected.push((name, shape));
+    }
+    for error in &result.errors {
+        match error {
+            ApplyError::ShapeMismatch {
+                path,
+                expected,
+                found,
+            } => report
+                .mismatched
+                .push((checkpoint_name(path), expected.to_vec(), found.to_vec())),
+            other => report.other.push(other.to_string()),
+        }
+    }
+    report.missing.sort();
+    report.unexpected.sort();
+    report.mismatched.sort();
+    if report.is_empty() {
+        let applied: BTreeSet<String> = result.applied.iter().map(|p| checkpoint_name(p)).collect();
+        Ok(applied.into_iter().collect())
+    } else {
+        Err(CheckpointError::Tensors {
+            path: path.to_path_buf(),
+            report,
+        })
+    }
+}
+
+/// Loads the weights file of `dir` into `module` through `map`; see [`load_tensors`].
+///
+/// # Errors
+/// No weights file, an unreadable one, or tensors that do not fit.
+pub fn load_into<M: Module>(
+    module: &mut M,
+    dir: &Path,
+    map: &KeyMap,
+) -> Result<Vec<String>, CheckpointError> {
+    let file = WeightsFile::find(dir)?;
+    let tensors = file.tensors()?;
+    load_tensors(module, tensors, map, file.path())
+}

@@ -1,0 +1,237 @@
+//! Unit tests of the checkpoint code.
+
+use super::*;
+
+/// A family's names with a member's dialect on top: every name maps to its module
+/// path and back to itself, and the dialect's pairs that share a prefix
+/// (`classifier.` inside `classifier.dense.`) do not capture each other's names.
+#[test]
+fn a_dialect_round_trips_through_the_family_names() {
+    let names = [
+        ("bert.pooler.dense.", "bert.pooler."),
+        ("bert.embeddings.LayerNorm.", "bert.embeddings.norm."),
+    ];
+    let map = KeyMap::new().names(&names).dialect(&[
+        ("roberta.", "bert."),
+        ("classifier.dense.", "bert.pooler.dense."),
+        ("classifier.out_proj.", "classifier."),
+    ]);
+    for (name, path) in [
+        (
+            "roberta.embeddings.LayerNorm.weight",
+            "bert.embeddings.norm.weight",
+        ),
+        ("classifier.dense.weight", "bert.pooler.weight"),
+        ("classifier.out_proj.bias", "classifier.bias"),
+    ] {
+        assert_eq!(map.module_path(name), path);
+        assert_eq!(map.checkpoint_name(path), name);
+    }
+    assert_eq!(
+        map.family_name("classifier.dense.bias"),
+        "bert.pooler.dense.bias"
+    );
+    // Without the dialect the family's own names pass through unchanged.
+    let plain = KeyMap::new().names(&names);
+    assert_eq!(plain.family_name("roberta.x"), "roberta.x");
+    assert_eq!(
+        plain.module_path("bert.embeddings.LayerNorm.w"),
+        "bert.embeddings.norm.w"
+    );
+}
+
+/// A base model reads a head checkpoint's base, a head model a bare checkpoint, and
+/// each saves its own layout.
+#[test]
+fn either_layout_loads_into_either_model() {
+    let names = [(
+        "encoder.layer.{n}.output.dense.",
+        "layers.{n}.mlp.down_proj.",
+    )];
+    let roots = ["embeddings", "encoder", "pooler"];
+    let (base, under) = KeyMap::new().base_model("bert.", false, &roots);
+    let base = base.names_under(&under, &names);
+    let (head, under) = KeyMap::new().base_model("bert.", true, &roots);
+    let head = head.names_under(&under, &names);
+    for name in [
+        "encoder.layer.2.output.dense.weight",
+        "bert.encoder.layer.2.output.dense.weight",
+    ] {
+        assert_eq!(base.module_path(name), "layers.2.mlp.down_proj.weight");
+        assert_eq!(head.module_path(name), "bert.layers.2.mlp.down_proj.weight");
+    }
+    assert_eq!(
+        base.checkpoint_name("layers.2.mlp.down_proj.weight"),
+        "encoder.layer.2.output.dense.weight"
+    );
+    assert_eq!(
+        head.checkpoint_name("bert.layers.2.mlp.down_proj.weight"),
+        "bert.encoder.layer.2.output.dense.weight"
+    );
+    // A head's own names are not the base model's: `cls.` is left alone.
+    assert_eq!(
+        head.module_path("cls.predictions.bias"),
+        "cls.predictions.bias"
+    );
+}
+
+/// Name templates: each name maps by the first pair that starts it, placeholders
+/// carry over, and saving gives back the checkpoint's name, norm parameters included.
+#[test]
+fn name_templates_round_trip_and_the_first_match_wins() {
+    let map = KeyMap::new().names(&[
+        ("model.layers.{n}.input_layernorm.", "layers.{n}.norm_1."),
+        (
+            "{encoder|decoder}.block.{n}.layer.0.SelfAttention.{q|k|v|o}.",
+            "{encoder|decoder}.{n}.self_attn.{q|k|v|o}_proj.",
+        ),
+        ("model.layers.", "layers."),
+        ("model.norm.", "norm_f."),
+    ]);
+    for (name, path, saved) in [
+        (
+            "model.layers.12.input_layernorm.weight",
+            "layers.12.norm_1.weight",
+            "model.layers.12.input_layernorm.weight",
+        ),
+        (
+            "model.layers.3.self_attn.q_proj.weight",
+            "layers.3.self_attn.q_proj.weight",
+            "model.layers.3.self_attn.q_proj.weight",
+        ),
+        (
+            "decoder.block.1.layer.0.SelfAttention.v.weight",
+            "decoder.1.self_attn.v_proj.weight",
+            "decoder.block.1.layer.0.SelfAttention.v.weight",
+        ),
+        ("model.norm.weight", "norm_f.weight", "model.norm.weight"),
+        ("lm_head.weight", "lm_head.weight", "lm_head.weight"),
+    ] {
+        assert_eq!(map.module_path(name), path, "{name}");
+        assert_eq!(map.checkpoint_name(path), saved, "{path}");
+    }
+    // Burn's norm parameters are saved under PyTorch's names.
+    assert_eq!(
+        map.checkpoint_name("layers.0.norm_1.gamma"),
+        "model.layers.0.input_layernorm.weight"
+    );
+    assert_eq!(map.checkpoint_name("norm_f.beta"), "model.norm.bias");
+    // A name the placeholders do not fit is left alone.
+    assert_eq!(
+        map.module_path("middle.block.1.layer.0.SelfAttention.v.weight"),
+        "middle.block.1.layer.0.SelfAttention.v.weight"
+    );
+}
+
+/// A pair's output is never read by a later pair: `layers.` maps to `model.layers.`
+/// once, though the general pair `layers.` would match it again.
+#[test]
+fn a_mapped_name_is_not_mapped_twice() {
+    let map = KeyMap::new().names(&[("layers.", "layers.layers.")]);
+    assert_eq!(map.module_path("layers.0.w"), "layers.layers.0.w");
+    assert_eq!(map.checkpoint_name("layers.layers.0.w"), "layers.0.w");
+}
+
+#[test]
+#[should_panic(expected = "must have the same placeholders in the same order")]
+fn templates_with_other_placeholders_are_refused() {
+    let _ = KeyMap::new().names(&[("h.{n}.ln_1.", "layers.norm_1.")]);
+}
+
+/// A fresh folder under the system's temporary one.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("zoo-core-checkpoint-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A safetensors file by hand: the header's length, the JSON header, the data.
+fn write_safetensors(path: &std::path::Path, tensors: &[(&str, &str, &[usize], Vec<u8>)]) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        header.insert(
+            name.to_string(),
+            serde_json::json!({
+                "dtype": dtype,
+                "shape": shape,
+                "data_offsets": [data.len(), data.len() + bytes.len()],
+            }),
+        );
+        data.extend_from_slice(bytes);
+    }
+    let header = serde_json::Value::Object(header).to_string();
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    file.extend_from_slice(&data);
+    std::fs::write(path, file).unwrap();
+}
+
+/// Half-precision checkpoints are read as f32 with their values: 1.5 and -2 are exact in
+/// f16 (`0x3E00`, `0xC000`) and bf16 (`0x3FC0`, `0xC000`).
+#[test]
+fn f16_and_bf16_tensors_are_widened_to_f32() {
+    let dir = scratch("widen");
+    let path = dir.join("model.safetensors");
+    let le = |words: [u16; 2]| words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    write_safetensors(
+        &path,
+        &[
+            ("half", "F16", &[2], le([0x3E00, 0xC000])),
+            ("brain", "BF16", &[2], le([0x3FC0, 0xC000])),
+        ],
+    );
+    let tensors = WeightsFile::find(&dir).unwrap().tensors().unwrap();
+    for name in ["half", "brain"] {
+        let wide = super::weights::widen(tensors[name].clone());
+        assert_eq!(wide.dtype, burn::tensor::DType::F32, "{name}");
+        let values = burn::store::bridge::to_data(&wide)
+            .unwrap()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(values, vec![1.5, -2.0], "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An index whose shard climbs out of the folder is refused before anything is read.
+#[test]
+fn a_shard_outside_the_folder_is_refused() {
+    let dir = scratch("shards");
+    for shard in [
+        "../model-00001.safetensors",
+        "sub/model.safetensors",
+        ".hidden",
+    ] {
+        let index = serde_json::json!({ "weight_map": { "w": shard } });
+        std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+        let e = WeightsFile::find(&dir).unwrap().tensors().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("shard {shard:?} is not a file of this folder")),
+            "{e}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The misfit report names every tensor with its shapes, one line each.
+#[test]
+fn the_misfit_report_lists_every_tensor() {
+    let report = TensorReport {
+        missing: vec![("lm_head.weight".into(), vec![32, 16])],
+        unexpected: vec![("extra.bias".into(), vec![4])],
+        mismatched: vec![("wte.weight".into(), vec![32, 16], vec![30, 16])],
+        other: vec![],
+    };
+    assert!(!report.is_empty() && TensorReport::default().is_empty());
+    assert_eq!(
+        report.to_string(),
+        "the checkpoint does not fit the model (1 missing, 1 unexpected, 1 mis-shaped)\n  \
+         missing:    lm_head.weight [32, 16]\n  \
+         unexpected: extra.bias [4]\n  \
+         mis-shaped: wte.weight: the model has [32, 16], the file [30, 16]"
+    );
+}

@@ -1,0 +1,158 @@
+//! The weights file of a checkpoint folder: one safetensors file, a sharded one, or
+//! `pytorch_model.bin`, read with f16 and bf16 widened to f32.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
+use burn::tensor::DType;
+
+use super::{CheckpointError, PackTensor};
+
+/// The weights file of a checkpoint folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightsFile {
+    /// `model.safetensors`.
+    Safetensors(PathBuf),
+    /// `model.safetensors.index.json`, whose `weight_map` names the shard of each tensor.
+    Sharded(PathBuf),
+    /// `pytorch_model.bin`, a pickled `state_dict`.
+    Pytorch(PathBuf),
+}
+
+impl WeightsFile {
+    /// The weights file of `dir`: `model.safetensors` when present, else the index of a
+    /// sharded one (`model.safetensors.index.json`), else `pytorch_model.bin`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::NoWeights`] when there is none of them.
+    pub fn find(dir: &Path) -> Result<Self, CheckpointError> {
+        let safetensors = dir.join("model.safetensors");
+        if safetensors.is_file() {
+            return Ok(Self::Safetensors(safetensors));
+        }
+        let index = dir.join("model.safetensors.index.json");
+        if index.is_file() {
+            return Ok(Self::Sharded(index));
+        }
+        let bin = dir.join("pytorch_model.bin");
+        if bin.is_file() {
+            return Ok(Self::Pytorch(bin));
+        }
+        Err(CheckpointError::NoWeights {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Safetensors(p) | Self::Sharded(p) | Self::Pytorch(p) => p,
+        }
+    }
+
+    /// Every tensor of the file, by its checkpoint name. Data is read lazily.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Format`] for a file the reader rejects.
+    pub fn tensors(&self) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+        let format = |message: String| CheckpointError::Format {
+            path: self.path().to_path_buf(),
+            message,
+        };
+        if !self.path().is_file() {
+            return Err(CheckpointError::Io {
+                path: self.path().to_path_buf(),
+                message: "no such file".into(),
+            });
+        }
+        match self {
+            Self::Safetensors(p) => SafetensorsStore::from_file(p)
+                .get_all_tensors()
+                .cloned()
+                .map_err(|e| format(e.to_string())),
+            Self::Pytorch(p) => PytorchStore::from_file(p)
+                .get_all_tensors()
+                .cloned()
+                .map_err(|e| format(e.to_string())),
+            Self::Sharded(index) => sharded_tensors(index),
+        }
+    }
+}
+
+/// A tensor of a checkpoint file: its name, shape and stored little-endian bytes.
+pub type StoredTensor = (String, Vec<usize>, Vec<u8>);
+
+impl WeightsFile {
+    /// Every tensor as its name, shape and stored bytes (in the file's own dtype), sorted
+    /// by name: what a bit-for-bit comparison of two checkpoints needs.
+    ///
+    /// # Errors
+    /// As [`Self::tensors`], and a tensor whose bytes cannot be read.
+    pub fn contents(&self) -> Result<Vec<StoredTensor>, CheckpointError> {
+        self.tensors()?
+            .into_iter()
+            .map(|(name, t)| {
+                let bytes = t.to_bytes().map_err(|e| CheckpointError::Format {
+                    path: self.path().to_path_buf(),
+                    message: format!("{name}: {e}"),
+                })?;
+                Ok((name, t.shape.to_vec(), bytes.to_vec()))
+            })
+            .collect()
+    }
+}
+
+/// The tensors of a sharded safetensors checkpoint: every shard the index's `weight_map`
+/// names is read once, and every tensor it lists must be in its shard.
+fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        weight_map: BTreeMap<String, String>,
+    }
+    let format = |message: String| CheckpointError::Format {
+        path: index.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(index).map_err(|e| CheckpointError::Io {
+        path: index.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let parsed: Index = serde_json::from_str(&text).map_err(|e| format(e.to_string()))?;
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, shard) in &parsed.weight_map {
+        by_shard.entry(shard).or_default().push(name);
+    }
+    if by_shard.is_empty() {
+        return Err(format("its weight_map names no tensors".into()));
+    }
+    let mut out = BTreeMap::new();
+    for (shard, names) in by_shard {
+        if shard.contains('/') || shard.contains('\\') || shard.starts_with('.') {
+            return Err(format(format!(
+                "shard {shard:?} is not a file of this folder"
+            )));
+        }
+        let mut tensors = WeightsFile::Safetensors(dir.join(shard)).tensors()?;
+        for name in names {
+            let tensor = tensors
+                .remove(name)
+                .ok_or_else(|| format(format!("{name} is not in its shard {shard}")))?;
+            out.insert(name.to_string(), tensor);
+        }
+    }
+    Ok(out)
+}
+
+/// An f16 or bf16 tensor as f32, converted when it is read: the zoo's models compute in
+/// f32, and burn-store would otherwise keep the file's float type in the parameter.
+pub(super) fn widen(tensor: PackTensor) -> PackTensor {
+    if !matches!(tensor.dtype, DType::F16 | DType::BF16) {
+        return tensor;
+    }
+    let (name, shape, id) = (tensor.name.clone(), tensor.shape.clone(), tensor.param_id);
+    bridge::deferred(name, DType::F32, shape, id, move || {
+        Ok(bridge::to_data(&tensor)?.convert::<f32>())
+    })
+}

@@ -16,7 +16,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use zoo_core::BeamConfig;
 use zoo_data::cmudict::{self, Entry};
 use zoo_data::{Seq2SeqBatcher, Seq2SeqItem};
-use zoo_seq2seq::{EncoderDecoder, MarianConfig, MarianMtModel, Memory, Source, beam_from};
+use zoo_seq2seq::{
+    DecodeInput, EncoderDecoder, MarianConfig, MarianMtModel, Memory, Source, beam_from,
+};
 use zoo_train::{FitOptions, RoundMetrics, Seq2SeqTask, TrainConfig, fit_datasets};
 
 use crate::Error;
@@ -340,7 +342,7 @@ pub fn alignment_png(
     let t = tgt.len();
     let tgt = Tensor::<2, Int>::from_data(TensorData::new(tgt, [1, t]), &device);
     let memory = Memory::States(model.encode(&source)?);
-    let dec = model.decode(tgt, 0, &memory, &source.padding, None, true)?;
+    let dec = model.decode(DecodeInput::new(tgt, &memory, &source.padding).with_weights())?;
     let w = dec
         .cross_attentions
         .last()

@@ -18,7 +18,6 @@ use crate::mask::Mask;
 use crate::mha::{
     AttentionInput, AttentionOutput, CrossAttention, MultiHeadAttentionConfig, SelfAttention,
 };
-use crate::position::Positions;
 
 /// `layer` applied to the last dimension with every leading dimension folded into the
 /// rows: one `[N, D_in] x [D_in, D_out]` product, `N` the product of the leading sizes.
@@ -290,72 +289,23 @@ impl CrossAttentionBlockConfig {
     }
 }
 
-/// The input of a [`TransformerBlock`] or a [`CrossAttentionBlock`].
-#[derive(Debug, Clone)]
-pub struct BlockInput {
-    x: Tensor<3>,
-    mask: Mask,
-    need_weights: bool,
-    position: usize,
-    positions: Option<Positions>,
-}
+/// The input of a [`TransformerBlock`] or a [`CrossAttentionBlock`]: what its
+/// self-attention takes, the block's input `[B, T, d_model]` with its mask, positions and
+/// whether to return the weights.
+pub type BlockInput = AttentionInput;
 
-impl BlockInput {
-    /// The block's input, `[B, T, d_model]`, with no mask.
-    pub fn new(x: Tensor<3>) -> Self {
-        Self {
-            x,
-            mask: Mask::none(),
-            need_weights: false,
-            position: 0,
-            positions: None,
-        }
-    }
-
-    /// The self-attention mask (causal, padding, ...).
-    pub fn mask(mut self, mask: Mask) -> Self {
-        self.mask = mask;
-        self
-    }
-
-    /// Returns the attention weights.
-    pub fn with_weights(mut self) -> Self {
-        self.need_weights = true;
-        self
-    }
-
-    /// Absolute position of the first token (RoPE without a cache).
-    pub fn at_position(mut self, position: usize) -> Self {
-        self.position = position;
-        self
-    }
-
-    /// A RoPE position per row and token, `[B, T]` (left-padded batches).
-    pub fn with_positions(mut self, positions: Positions) -> Self {
-        self.positions = Some(positions);
-        self
-    }
-
-    /// Self-attention over this input, through `cache` when there is one.
-    fn self_attention(
-        &self,
-        attn: &SelfAttention,
-        h: Tensor<3>,
-        cache: Option<&mut KvCache>,
-    ) -> Result<AttentionOutput> {
-        let mut inp = AttentionInput::new(h)
-            .mask(self.mask.clone())
-            .at_position(self.position);
-        if let Some(p) = &self.positions {
-            inp = inp.with_positions(p.clone());
-        }
-        if self.need_weights {
-            inp = inp.with_weights();
-        }
-        match cache {
-            Some(c) => attn.forward_cached(inp, c),
-            None => attn.forward(inp),
-        }
+/// Self-attention of the block's `input`, over `h` (the input itself, or its norm),
+/// through `cache` when there is one.
+fn self_attention(
+    attn: &SelfAttention,
+    input: &BlockInput,
+    h: Tensor<3>,
+    cache: Option<&mut KvCache>,
+) -> Result<AttentionOutput> {
+    let inp = input.over(h);
+    match cache {
+        Some(c) => attn.forward_cached(inp, c),
+        None => attn.forward(inp),
     }
 }
 
@@ -424,7 +374,7 @@ impl TransformerBlock {
     fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
         let (p, drop) = (self.placement, &self.dropout);
         let (x, self_weights) = residual(p, &self.norm_1, drop, input.x.clone(), |h| {
-            let out = input.self_attention(&self.self_attn, h, cache)?;
+            let out = self_attention(&self.self_attn, &input, h, cache)?;
             Ok((out.context, out.weights))
         })?;
         let (hidden, ()) = residual(p, &self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
@@ -477,7 +427,7 @@ impl CrossAttentionBlock {
     ) -> Result<BlockOutput> {
         let (p, drop) = (self.placement, &self.dropout);
         let (x, self_weights) = residual(p, &self.norm_1, drop, input.x.clone(), |h| {
-            let out = input.self_attention(&self.self_attn, h, cache)?;
+            let out = self_attention(&self.self_attn, &input, h, cache)?;
             Ok((out.context, out.weights))
         })?;
         let (x, cross_weights) = residual(p, &self.norm_cross, drop, x, |h| {

@@ -7,6 +7,8 @@
 //! A query row whose keys are all masked has no distribution to take; every path in this
 //! crate returns zeros for such a row instead of NaN.
 
+use std::ops::Range;
+
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
 use crate::error::{AttentionError, Result};
@@ -62,15 +64,14 @@ impl Visibility {
     }
 
     /// The boolean mask `[Tq, Tk]` (`true` = masked) for queries at absolute positions
-    /// `q0..q0 + tq` and keys at `k0..k0 + tk`, built on the host.
+    /// `queries` and keys at `keys`, built on the host.
     pub fn mask(
         &self,
-        q0: usize,
-        tq: usize,
-        k0: usize,
-        tk: usize,
+        queries: Range<usize>,
+        keys: Range<usize>,
         device: &Device,
     ) -> Tensor<2, Bool> {
+        let (q0, tq, k0, tk) = (queries.start, queries.len(), keys.start, keys.len());
         let values: Vec<bool> = (q0..q0 + tq)
             .flat_map(|i| (k0..k0 + tk).map(move |j| (i, j)))
             .map(|(i, j)| !self.sees(i, j))
@@ -198,23 +199,26 @@ impl Mask {
         Ok(())
     }
 
-    /// The positional part alone for a tile of queries `q0..q0 + tq` and keys
-    /// `k0..k0 + tk` (indices into this call's queries and keys), `[1, 1, tq, tk]`, or
+    /// The positional part alone for a tile of queries `queries` and keys
+    /// `keys` (indices into this call's queries and keys), `[1, 1, tq, tk]`, or
     /// `None` when the rule masks nothing.
     pub fn rule_tile(
         &self,
-        q0: usize,
-        tq: usize,
-        k0: usize,
-        tk: usize,
+        queries: Range<usize>,
+        keys: Range<usize>,
         device: &Device,
     ) -> Option<Tensor<4, Bool>> {
+        let (q0, tq, k0, tk) = (queries.start, queries.len(), keys.start, keys.len());
         if self.rule.is_full() {
             return None;
         }
         Some(
             self.rule
-                .mask(self.query_offset + q0, tq, self.key_offset + k0, tk, device)
+                .mask(
+                    self.query_offset + q0..self.query_offset + q0 + tq,
+                    self.key_offset + k0..self.key_offset + k0 + tk,
+                    device,
+                )
                 .reshape([1, 1, tq, tk]),
         )
     }
@@ -238,7 +242,7 @@ impl Mask {
         tk: usize,
         device: &Device,
     ) -> Option<Tensor<4, Bool>> {
-        let rule = self.rule_tile(0, tq, 0, tk, device);
+        let rule = self.rule_tile(0..tq, 0..tk, device);
         match (self.masked.clone(), rule) {
             (Some(m), Some(c)) => Some(union(m, c)),
             (m, c) => m.or(c),
@@ -254,7 +258,7 @@ impl Mask {
 /// The causal mask `[Tq, Tk]`: query `i` (absolute position `offset + i`) may not see keys
 /// after it. `true` = masked.
 pub fn causal_mask(tq: usize, tk: usize, offset: usize, device: &Device) -> Tensor<2, Bool> {
-    Visibility::causal().mask(offset, tq, 0, tk, device)
+    Visibility::causal().mask(offset..offset + tq, 0..tk, device)
 }
 
 /// A key padding mask `[B, T]` from sequence lengths: position `t` of row `b` is masked when

@@ -1,6 +1,8 @@
 //! Positional encodings: sinusoidal, learned absolute, rotary (RoPE), ALiBi and the T5
 //! relative position bias.
 
+use std::ops::Range;
+
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Initializer};
@@ -446,19 +448,18 @@ pub fn alibi_bias(
     offset: usize,
     device: &Device,
 ) -> Tensor<4> {
-    alibi_bias_at(n_heads, offset, tq, 0, tk, device)
+    alibi_bias_at(n_heads, offset..offset + tq, 0..tk, device)
 }
 
-/// The ALiBi bias `[1, H, Tq, Tk]` for queries at absolute positions `q0..q0 + tq` and keys
-/// at `k0..k0 + tk` (a sliding cache's keys start after the positions it dropped).
+/// The ALiBi bias `[1, H, Tq, Tk]` for queries at absolute positions `queries` and keys
+/// at `keys` (a sliding cache's keys start after the positions it dropped).
 pub fn alibi_bias_at(
     n_heads: usize,
-    q0: usize,
-    tq: usize,
-    k0: usize,
-    tk: usize,
+    queries: Range<usize>,
+    keys: Range<usize>,
     device: &Device,
 ) -> Tensor<4> {
+    let (q0, tq, k0, tk) = (queries.start, queries.len(), keys.start, keys.len());
     let slopes = alibi_slopes(n_heads);
     let mut values = Vec::with_capacity(n_heads * tq * tk);
     for s in &slopes {
@@ -610,19 +611,17 @@ impl RelativePositionBias {
     /// The bias `[1, H, Tq, Tk]` for queries at positions `offset..offset + tq` and keys at
     /// `0..tk`.
     pub fn forward(&self, tq: usize, tk: usize, offset: usize, device: &Device) -> Tensor<4> {
-        self.forward_offsets(offset, tq, 0, tk, device)
+        self.forward_offsets(offset..offset + tq, 0..tk, device)
     }
 
-    /// The bias `[1, H, Tq, Tk]` for queries at positions `q0..q0 + tq` and keys at
-    /// `k0..k0 + tk`.
+    /// The bias `[1, H, Tq, Tk]` for queries at positions `queries` and keys at `keys`.
     pub fn forward_offsets(
         &self,
-        q0: usize,
-        tq: usize,
-        k0: usize,
-        tk: usize,
+        queries: Range<usize>,
+        keys: Range<usize>,
         device: &Device,
     ) -> Tensor<4> {
+        let (q0, tq, k0, tk) = (queries.start, queries.len(), keys.start, keys.len());
         let buckets: Vec<i64> = (0..tq)
             .flat_map(|i| (0..tk).map(move |j| (k0 + j) as i64 - (q0 + i) as i64))
             .map(|rel| {

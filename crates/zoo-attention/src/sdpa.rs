@@ -272,7 +272,7 @@ pub fn attention_chunked(
             if let Some(mb) = &mask.masked {
                 s = s.mask_fill(tile(mb.clone(), q0..q1, k0..k1), f32::NEG_INFINITY);
             }
-            if let Some(rule) = mask.rule_tile(q0, bq, k0, k1 - k0, &device) {
+            if let Some(rule) = mask.rule_tile(q0..q0 + bq, k0..k1, &device) {
                 s = s.mask_fill(rule, f32::NEG_INFINITY);
             }
             let m_new = m.clone().max_pair(s.clone().max_dim(3));
@@ -301,7 +301,7 @@ pub fn sliding_window_mask(
         window: Some(window),
         global: global.to_vec(),
     }
-    .mask(0, t, 0, t, device)
+    .mask(0..t, 0..t, device)
 }
 
 /// Sliding-window (local) self-attention with optional global tokens (Beltagy et al.,
@@ -466,7 +466,9 @@ pub fn attention_linear(
         let kc = fk.clone().slice([0..b, 0..h, c0..c1, 0..d]);
         let vc = v.clone().slice([0..b, 0..h, c0..c1, 0..dv]);
         // Within the chunk: φ(q) φ(k)ᵀ with future keys zeroed. [B, H, n, n]
-        let future = rule.mask(c0, n, c0, n, &device).reshape([1, 1, n, n]);
+        let future = rule
+            .mask(c0..c0 + n, c0..c0 + n, &device)
+            .reshape([1, 1, n, n]);
         let a = qc
             .clone()
             .matmul(kc.clone().swap_dims(2, 3))
@@ -682,7 +684,7 @@ mod tests {
             let a = if causal {
                 a.clone().mask_fill(
                     Visibility::causal()
-                        .mask(0, 6, 0, 6, &q.device())
+                        .mask(0..6, 0..6, &q.device())
                         .reshape([1, 1, 6, 6]),
                     0.0,
                 )

@@ -14,7 +14,7 @@ use zoo_core::{
 };
 
 use crate::error::{Result, Seq2SeqError};
-use crate::model::{EncoderDecoder, Memory, Source};
+use crate::model::{DecodeInput, EncoderDecoder, Memory, Source};
 
 impl From<Seq2SeqError> for ModelError {
     fn from(e: Seq2SeqError) -> Self {
@@ -173,12 +173,7 @@ impl<M: EncoderDecoder> CausalLm for Encoded<'_, M> {
                 let memory = Memory::Cached(c.cross.clone());
                 let padding = c.padding.clone();
                 self.model.decode(
-                    tokens,
-                    offset,
-                    &memory,
-                    &padding,
-                    Some(&mut c.self_kv),
-                    false,
+                    DecodeInput::new(tokens, &memory, &padding).cached(offset, &mut c.self_kv),
                 )?
             }
             None => {
@@ -188,7 +183,7 @@ impl<M: EncoderDecoder> CausalLm for Encoded<'_, M> {
                 self.projections.set(self.projections.get() + 1);
                 let padding = self.padding.clone().select(0, idx);
                 self.model
-                    .decode(tokens, 0, &memory, &padding, None, false)?
+                    .decode(DecodeInput::new(tokens, &memory, &padding))?
             }
         };
         let v = out.logits.dims()[2];

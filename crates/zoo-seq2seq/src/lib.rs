@@ -23,5 +23,5 @@ pub use config::{MarianConfig, SinusoidLayout, T5Config, TokenIds};
 pub use error::{Result, Seq2SeqError};
 pub use generate::{Encoded, Seq2SeqCache, beam_from, generate_from};
 pub use marian::MarianMtModel;
-pub use model::{DecoderOutput, EncoderDecoder, Memory, Source};
+pub use model::{DecodeInput, DecoderOutput, EncoderDecoder, Memory, Source};
 pub use t5::T5ForConditionalGeneration;

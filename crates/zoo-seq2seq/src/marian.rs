@@ -6,17 +6,17 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer};
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 use zoo_attention::position::{sinusoidal_table, sinusoidal_table_split};
 use zoo_attention::{
-    CrossAttentionBlock, CrossAttentionBlockConfig, FeedForwardConfig, KvCache,
-    MultiHeadAttentionConfig, NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig,
+    CrossAttentionBlock, CrossAttentionBlockConfig, FeedForwardConfig, MultiHeadAttentionConfig,
+    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig,
 };
 
 use crate::config::{MarianConfig, SinusoidLayout};
 use crate::error::Result;
 use crate::model::{
-    DecoderOutput, EncoderDecoder, Memory, Source, check_target, run_decoder, run_encoder,
+    DecodeInput, DecoderOutput, EncoderDecoder, Source, check_target, run_decoder, run_encoder,
 };
 
 /// Marian, or the original Transformer.
@@ -177,26 +177,11 @@ impl EncoderDecoder for MarianMtModel {
         run_encoder(&self.encoder, x, &source.padding, |_| None)
     }
 
-    fn decode(
-        &self,
-        tokens: Tensor<2, Int>,
-        offset: usize,
-        memory: &Memory,
-        src_padding: &Tensor<2, Bool>,
-        caches: Option<&mut [KvCache]>,
-        need_weights: bool,
-    ) -> Result<DecoderOutput> {
-        check_target(&tokens, offset, self.vocab_size(), self.max_target_len())?;
-        let x = self.embed(tokens, offset)?;
-        let (h, cross_attentions) = run_decoder(
-            &self.decoder,
-            x,
-            memory,
-            src_padding,
-            |_| None,
-            caches,
-            need_weights,
-        )?;
+    fn decode(&self, input: DecodeInput<'_>) -> Result<DecoderOutput> {
+        let (tokens, offset) = (&input.tokens, input.offset);
+        check_target(tokens, offset, self.vocab_size(), self.max_target_len())?;
+        let x = self.embed(tokens.clone(), offset)?;
+        let (h, cross_attentions) = run_decoder(&self.decoder, x, input, |_| None)?;
         let bias = self.final_logits_bias.val().unsqueeze::<3>();
         Ok(DecoderOutput {
             logits: zoo_attention::tied_logits(h, self.shared.weight.val()) + bias,

@@ -148,18 +148,72 @@ pub struct DecoderOutput {
     pub cross_attentions: Vec<Tensor<4>>,
 }
 
-/// Runs a decoder stack over `x` `[B, T, d_model]`. `bias(layer)` is the self-attention
-/// bias a layer takes from outside (T5's relative positions, computed by the first
-/// layer); with `caches` the new positions extend each layer's self-attention cache.
+/// One decoder pass: target tokens `[B, T]` at positions `offset..offset + T`, reading
+/// the encoder's memory under the source padding, through each layer's self-attention
+/// cache when there are caches.
+#[derive(Debug)]
+pub struct DecodeInput<'a> {
+    /// Target tokens `[B, T]`.
+    pub tokens: Tensor<2, Int>,
+    /// Position of the first token.
+    pub offset: usize,
+    /// What cross-attention reads.
+    pub memory: &'a Memory,
+    /// The source padding `[B, S]`, `true` at padding.
+    pub src_padding: &'a Tensor<2, Bool>,
+    /// One self-attention cache per decoder layer, extended by the new positions.
+    pub caches: Option<&'a mut [KvCache]>,
+    /// Whether to return each layer's cross-attention weights.
+    pub need_weights: bool,
+}
+
+impl<'a> DecodeInput<'a> {
+    /// The whole target from position 0, without caches or weights.
+    pub fn new(
+        tokens: Tensor<2, Int>,
+        memory: &'a Memory,
+        src_padding: &'a Tensor<2, Bool>,
+    ) -> Self {
+        Self {
+            tokens,
+            offset: 0,
+            memory,
+            src_padding,
+            caches: None,
+            need_weights: false,
+        }
+    }
+
+    /// New positions from `offset` on, extending `caches`.
+    pub fn cached(mut self, offset: usize, caches: &'a mut [KvCache]) -> Self {
+        self.offset = offset;
+        self.caches = Some(caches);
+        self
+    }
+
+    /// Returns the cross-attention weights.
+    pub fn with_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+}
+
+/// Runs a decoder stack over `x` `[B, T, d_model]`, the embedded tokens of `input`.
+/// `bias(layer)` is the self-attention bias a layer takes from outside (T5's relative
+/// positions, computed by the first layer).
 pub(crate) fn run_decoder(
     layers: &[CrossAttentionBlock],
     mut x: Tensor<3>,
-    memory: &Memory,
-    src_padding: &Tensor<2, Bool>,
+    input: DecodeInput<'_>,
     bias: impl Fn(usize) -> Option<Tensor<4>>,
-    mut caches: Option<&mut [KvCache]>,
-    need_weights: bool,
 ) -> Result<(Tensor<3>, Vec<Tensor<4>>)> {
+    let DecodeInput {
+        memory,
+        src_padding,
+        mut caches,
+        need_weights,
+        ..
+    } = input;
     if let Some(c) = &caches
         && c.len() != layers.len()
     {
@@ -263,15 +317,7 @@ pub trait EncoderDecoder {
     ///
     /// # Errors
     /// Ids past the vocabulary, a sequence past the positions, or caches that do not fit.
-    fn decode(
-        &self,
-        tokens: Tensor<2, Int>,
-        offset: usize,
-        memory: &Memory,
-        src_padding: &Tensor<2, Bool>,
-        caches: Option<&mut [KvCache]>,
-        need_weights: bool,
-    ) -> Result<DecoderOutput>;
+    fn decode(&self, input: DecodeInput<'_>) -> Result<DecoderOutput>;
 
     /// Teacher-forced logits `[B, T, V]`: the source encoded, then the decoder over
     /// `tgt_in` in one pass.
@@ -280,7 +326,7 @@ pub trait EncoderDecoder {
     /// As [`Self::encode`] and [`Self::decode`].
     fn forward(&self, source: &Source, tgt_in: Tensor<2, Int>) -> Result<DecoderOutput> {
         let memory = Memory::States(self.encode(source)?);
-        self.decode(tgt_in, 0, &memory, &source.padding, None, false)
+        self.decode(DecodeInput::new(tgt_in, &memory, &source.padding))
     }
 
     /// Each decoder layer's cross-attention keys and values of `encoded`, projected once.

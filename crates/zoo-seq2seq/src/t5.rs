@@ -7,9 +7,9 @@
 
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Initializer};
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Device, Tensor};
 use zoo_attention::{
-    CrossAttentionBlock, CrossAttentionBlockConfig, FeedForwardConfig, KvCache, LmHead,
+    CrossAttentionBlock, CrossAttentionBlockConfig, FeedForwardConfig, LmHead,
     MultiHeadAttentionConfig, Norm, NormKind, NormPlacement, PositionBias, TransformerBlock,
     TransformerBlockConfig,
 };
@@ -17,7 +17,7 @@ use zoo_attention::{
 use crate::config::T5Config;
 use crate::error::Result;
 use crate::model::{
-    DecoderOutput, EncoderDecoder, Memory, Source, check_target, run_decoder, run_encoder,
+    DecodeInput, DecoderOutput, EncoderDecoder, Source, check_target, run_decoder, run_encoder,
 };
 
 /// `T5ForConditionalGeneration`.
@@ -186,38 +186,25 @@ impl EncoderDecoder for T5ForConditionalGeneration {
         let device = source.tokens.device();
         let x = self.shared.forward(source.tokens.clone());
         let first = &self.encoder[0].self_attn;
-        let shared_bias = first.position_bias(0, s, 0, s, &device);
+        let shared_bias = first.position_bias(0..s, 0..s, &device);
         let h = run_encoder(&self.encoder, x, &source.padding, |i| {
             (i > 0).then(|| shared_bias.clone()).flatten()
         })?;
         Ok(self.encoder_norm.forward(h))
     }
 
-    fn decode(
-        &self,
-        tokens: Tensor<2, Int>,
-        offset: usize,
-        memory: &Memory,
-        src_padding: &Tensor<2, Bool>,
-        caches: Option<&mut [KvCache]>,
-        need_weights: bool,
-    ) -> Result<DecoderOutput> {
-        check_target(&tokens, offset, self.vocab_size(), self.max_target_len())?;
+    fn decode(&self, input: DecodeInput<'_>) -> Result<DecoderOutput> {
+        let (tokens, offset) = (&input.tokens, input.offset);
+        check_target(tokens, offset, self.vocab_size(), self.max_target_len())?;
         let [_, t] = tokens.dims();
         let device = tokens.device();
-        let x = self.shared.forward(tokens);
+        let x = self.shared.forward(tokens.clone());
         let first = &self.decoder[0].self_attn;
         // The first layer adds its bias itself; the others take it from there.
-        let shared_bias = first.position_bias(offset, t, 0, offset + t, &device);
-        let (h, cross_attentions) = run_decoder(
-            &self.decoder,
-            x,
-            memory,
-            src_padding,
-            |i| (i > 0).then(|| shared_bias.clone()).flatten(),
-            caches,
-            need_weights,
-        )?;
+        let shared_bias = first.position_bias(offset..offset + t, 0..offset + t, &device);
+        let (h, cross_attentions) = run_decoder(&self.decoder, x, input, |i| {
+            (i > 0).then(|| shared_bias.clone()).flatten()
+        })?;
         let mut h = self.decoder_norm.forward(h);
         if self.config.scales_decoder_outputs() {
             h = h * (self.config.d_model as f64).powf(-0.5);

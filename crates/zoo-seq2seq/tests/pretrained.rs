@@ -18,8 +18,8 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 use zoo_seq2seq::{
-    Encoded, EncoderDecoder, MarianMtModel, Memory, Source, T5ForConditionalGeneration, beam_from,
-    generate_from,
+    DecodeInput, Encoded, EncoderDecoder, MarianMtModel, Memory, Source,
+    T5ForConditionalGeneration, beam_from, generate_from,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -79,12 +79,8 @@ fn check_model<M: EncoderDecoder>(name: &str, model: &M, e: &Expected, device: &
     let memory = Memory::States(model.encode(&source).unwrap());
     let out = model
         .decode(
-            ids(&e.decoder_input_ids, device),
-            0,
-            &memory,
-            &source.padding,
-            None,
-            true,
+            DecodeInput::new(ids(&e.decoder_input_ids, device), &memory, &source.padding)
+                .with_weights(),
         )
         .unwrap();
     close(&format!("{name} logits"), out.logits, &e.logits);

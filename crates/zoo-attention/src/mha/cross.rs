@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 use super::heads::Heads;
 use super::{AttentionInput, AttentionKernel, AttentionOutput};
 use crate::cache::CrossKvCache;
-use crate::error::{AttentionError, Result, check_shape};
+use crate::error::{Result, check_shape};
 use crate::sdpa::{attention_linear, repeat_kv};
 
 /// Multi-head cross-attention from `x` `[B, Tq, d_model]` to a context
@@ -97,18 +97,7 @@ impl CrossAttention {
         cache: &CrossKvCache,
         chunk: usize,
     ) -> Result<AttentionOutput> {
-        if input.need_weights {
-            return Err(AttentionError::Unsupported(
-                "linear attention has no attention weights to return".into(),
-            ));
-        }
-        let mask = &input.mask;
-        if mask.masked.is_some() || mask.bias.is_some() || mask.rule.window.is_some() {
-            return Err(AttentionError::Unsupported(
-                "the linear kernel takes only a causal flag and key padding".into(),
-            ));
-        }
-        let causal = mask.is_causal();
+        let causal = input.linear_kernel_causal()?;
         if let Some(pad) = &input.key_padding {
             check_shape(
                 "key padding",

@@ -385,10 +385,10 @@ impl MultiHeadAttentionConfig {
 /// The input of one attention call.
 #[derive(Debug, Clone)]
 pub struct AttentionInput {
-    x: Tensor<3>,
+    pub(crate) x: Tensor<3>,
     mask: Mask,
     key_padding: Option<Tensor<2, Bool>>,
-    need_weights: bool,
+    pub(crate) need_weights: bool,
     position: usize,
     positions: Option<Positions>,
 }
@@ -405,6 +405,38 @@ impl AttentionInput {
             position: 0,
             positions: None,
         }
+    }
+
+    /// The same settings over another input `x` (a block's input after its norm).
+    pub(crate) fn over(&self, x: Tensor<3>) -> Self {
+        Self {
+            x,
+            mask: self.mask.clone(),
+            key_padding: self.key_padding.clone(),
+            need_weights: self.need_weights,
+            position: self.position,
+            positions: self.positions.clone(),
+        }
+    }
+
+    /// Whether the linear kernel, which takes a causal flag and key padding and nothing
+    /// else, runs this input causally.
+    ///
+    /// # Errors
+    /// Weights asked for, or any other mask.
+    pub(crate) fn linear_kernel_causal(&self) -> Result<bool> {
+        if self.need_weights {
+            return Err(AttentionError::Unsupported(
+                "linear attention has no attention weights to return".into(),
+            ));
+        }
+        let mask = &self.mask;
+        if mask.masked.is_some() || mask.bias.is_some() || mask.rule.window.is_some() {
+            return Err(AttentionError::Unsupported(
+                "the linear kernel takes only a causal flag and key padding".into(),
+            ));
+        }
+        Ok(mask.is_causal())
     }
 
     /// Causal masking (self-attention).

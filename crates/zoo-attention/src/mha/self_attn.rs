@@ -4,6 +4,8 @@
 
 use burn::module::Module;
 use burn::nn::Linear;
+use std::ops::Range;
+
 use burn::tensor::{Device, Tensor};
 
 use super::heads::{Heads, rotate_qk};
@@ -195,40 +197,27 @@ impl SelfAttention {
         Ok(())
     }
 
-    /// The relative-position bias for queries at absolute positions `q0..q0 + tq` and keys
-    /// at `k0..k0 + tk`, `[1, H, Tq, Tk]`, if the layer has one. T5 computes it in its
+    /// The relative-position bias for queries at absolute positions `queries` and keys
+    /// at `keys`, `[1, H, Tq, Tk]`, if the layer has one. T5 computes it in its
     /// first layer and passes it to the others through [`Mask::with_bias`].
     pub fn position_bias(
         &self,
-        q0: usize,
-        tq: usize,
-        k0: usize,
-        tk: usize,
+        queries: Range<usize>,
+        keys: Range<usize>,
         device: &Device,
     ) -> Option<Tensor<4>> {
         let p = self.parts();
         if let Some(rel) = p.relative_bias {
-            return Some(rel.forward_offsets(q0, tq, k0, tk, device));
+            return Some(rel.forward_offsets(queries, keys, device));
         }
         p.positions
             .alibi
-            .then(|| alibi_bias_at(p.heads.n_heads, q0, tq, k0, tk, device))
+            .then(|| alibi_bias_at(p.heads.n_heads, queries, keys, device))
     }
 
     /// The linear kernel: causal or not, with key padding, nothing else.
     fn forward_linear(&self, input: AttentionInput, chunk: usize) -> Result<AttentionOutput> {
-        if input.need_weights {
-            return Err(AttentionError::Unsupported(
-                "linear attention has no attention weights to return".into(),
-            ));
-        }
-        let mask = &input.mask;
-        if mask.masked.is_some() || mask.bias.is_some() || mask.rule.window.is_some() {
-            return Err(AttentionError::Unsupported(
-                "the linear kernel takes only a causal flag and key padding".into(),
-            ));
-        }
-        let causal = mask.is_causal();
+        let causal = input.linear_kernel_causal()?;
         let p = self.parts();
         let [q, k, v] = self.project(input.x);
         let (q, k) = match &p.positions.rope {
@@ -276,7 +265,7 @@ impl SelfAttention {
             mask = mask.with_window(w, &p.positions.global_tokens);
         }
         let p0 = input.position;
-        if let Some(bias) = self.position_bias(p0, t, p0, t, &device) {
+        if let Some(bias) = self.position_bias(p0..p0 + t, p0..p0 + t, &device) {
             mask = mask.with_bias(bias);
         }
         let (out, weights) = p.heads.attend(q, k, v, &mask, input.need_weights)?;
@@ -351,7 +340,7 @@ impl SelfAttention {
         if let Some(w) = p.positions.window.or(cache.window()) {
             mask = mask.with_window(w, &p.positions.global_tokens);
         }
-        if let Some(bias) = self.position_bias(offset, t, first, tk, &device) {
+        if let Some(bias) = self.position_bias(offset..offset + t, first..first + tk, &device) {
             mask = mask.with_bias(bias);
         }
         let (out, weights) = p.heads.attend(q, k, v, &mask, input.need_weights)?;

@@ -351,6 +351,20 @@ fn residual<W>(
     })
 }
 
+/// The [`Sublayers`] of a block, which both block types name alike.
+macro_rules! sublayers {
+    ($block:expr) => {
+        Sublayers {
+            placement: $block.placement,
+            dropout: &$block.dropout,
+            self_attn: &$block.self_attn,
+            norm_1: &$block.norm_1,
+            mlp: &$block.mlp,
+            norm_2: &$block.norm_2,
+        }
+    };
+}
+
 impl TransformerBlock {
     /// Runs the block over a whole sequence.
     ///
@@ -372,17 +386,8 @@ impl TransformerBlock {
     }
 
     fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
-        let (p, drop) = (self.placement, &self.dropout);
-        let (x, self_weights) = residual(p, &self.norm_1, drop, input.x.clone(), |h| {
-            let out = self_attention(&self.self_attn, &input, h, cache)?;
-            Ok((out.context, out.weights))
-        })?;
-        let (hidden, ()) = residual(p, &self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
-        Ok(BlockOutput {
-            hidden,
-            self_weights,
-            cross_weights: None,
-        })
+        let layer = sublayers!(self);
+        layer.run(&input, cache, |x| Ok((x, None)))
     }
 }
 
@@ -425,23 +430,51 @@ impl CrossAttentionBlock {
         memory: Memory<'_>,
         memory_mask: Mask,
     ) -> Result<BlockOutput> {
-        let (p, drop) = (self.placement, &self.dropout);
-        let (x, self_weights) = residual(p, &self.norm_1, drop, input.x.clone(), |h| {
-            let out = self_attention(&self.self_attn, &input, h, cache)?;
+        let layer = sublayers!(self);
+        let cross = |x| {
+            residual(self.placement, &self.norm_cross, &self.dropout, x, |h| {
+                let mut inp = AttentionInput::new(h).mask(memory_mask);
+                if input.need_weights {
+                    inp = inp.with_weights();
+                }
+                let out = match memory {
+                    Memory::States(mem) => self.cross_attn.forward(inp, mem.clone())?,
+                    Memory::Cached(kv) => self.cross_attn.forward_cached(inp, kv)?,
+                };
+                Ok((out.context, out.weights))
+            })
+        };
+        layer.run(&input, cache, cross)
+    }
+}
+
+/// The parts every block has: self-attention and the MLP, each with its norm, and the
+/// residual dropout.
+struct Sublayers<'a> {
+    placement: NormPlacement,
+    dropout: &'a Dropout,
+    self_attn: &'a SelfAttention,
+    norm_1: &'a Norm,
+    mlp: &'a FeedForward,
+    norm_2: &'a Norm,
+}
+
+impl Sublayers<'_> {
+    /// Self-attention, then `middle` (cross-attention, or nothing) with the weights it
+    /// returns, then the MLP.
+    fn run(
+        &self,
+        input: &BlockInput,
+        cache: Option<&mut KvCache>,
+        middle: impl FnOnce(Tensor<3>) -> Result<(Tensor<3>, Option<Tensor<4>>)>,
+    ) -> Result<BlockOutput> {
+        let (p, drop) = (self.placement, self.dropout);
+        let (x, self_weights) = residual(p, self.norm_1, drop, input.x.clone(), |h| {
+            let out = self_attention(self.self_attn, input, h, cache)?;
             Ok((out.context, out.weights))
         })?;
-        let (x, cross_weights) = residual(p, &self.norm_cross, drop, x, |h| {
-            let mut inp = AttentionInput::new(h).mask(memory_mask);
-            if input.need_weights {
-                inp = inp.with_weights();
-            }
-            let out = match memory {
-                Memory::States(mem) => self.cross_attn.forward(inp, mem.clone())?,
-                Memory::Cached(kv) => self.cross_attn.forward_cached(inp, kv)?,
-            };
-            Ok((out.context, out.weights))
-        })?;
-        let (hidden, ()) = residual(p, &self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
+        let (x, cross_weights) = middle(x)?;
+        let (hidden, ()) = residual(p, self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
         Ok(BlockOutput {
             hidden,
             self_weights,

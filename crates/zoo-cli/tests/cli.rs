@@ -503,20 +503,6 @@ fn info_reports_the_architecture_parameters_and_tensors() {
     );
 }
 
-/// The fetched all-MiniLM-L6-v2: `$ZOO_MINILM_DIR`, else `<cache>/models/all-MiniLM-L6-v2`.
-fn minilm_dir() -> PathBuf {
-    let dir = std::env::var_os("ZOO_MINILM_DIR")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| zoo_core::checkpoint::cache_dir().join("models/all-MiniLM-L6-v2"));
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "all-MiniLM-L6-v2 is not in {}: run `cargo xtask fetch minilm` first",
-        dir.display()
-    );
-    dir
-}
-
 /// `zoo embed` of the expected file's sentences with the folder `dir`: its stderr, and
 /// the largest difference from the expected embeddings after checking their shape.
 fn embed_against(dir: &Path, expected: &Value, shape_want: [usize; 2]) -> (String, f32) {
@@ -549,7 +535,7 @@ fn embed_against(dir: &Path, expected: &Value, shape_want: [usize; 2]) -> (Strin
 #[test]
 fn embed_matches_sentence_transformers_on_minilm() {
     let e = read_json(&fixture("zoo-encoder", "minilm/expected.json"));
-    let (stderr, diff) = embed_against(&minilm_dir(), &e, [7, 384]);
+    let (stderr, diff) = embed_against(&zoo_fixtures::minilm_dir(), &e, [7, 384]);
     assert!(stderr.contains("7 embeddings of 384 values"), "{stderr}");
     assert!(diff <= 1e-4, "embeddings differ by {diff}");
 }

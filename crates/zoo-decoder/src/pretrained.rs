@@ -486,23 +486,19 @@ impl DecoderLm {
                 self.sliding_window()
             )));
         }
-        std::fs::create_dir_all(dir).map_err(|e| CheckpointError::Io {
-            path: dir.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        checkpoint::save_safetensors(self, &dir.join("model.safetensors"), &config.key_map())?;
-        match config {
+        let (map, arch) = (config.key_map(), config.architecture());
+        let model_type = config.model_type();
+        Ok(match config {
             HfDecoderConfig::Gpt2(c) => {
-                checkpoint::write_config(dir, c, "gpt2", config.architecture())?
+                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
             }
             HfDecoderConfig::Llama(c) => {
-                checkpoint::write_config(dir, c, config.model_type(), config.architecture())?
+                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
             }
             HfDecoderConfig::Phi3(c) => {
-                checkpoint::write_config(dir, c, phi3::MODEL_TYPE, config.architecture())?
+                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
             }
-        }
-        Ok(())
+        }?)
     }
 }
 

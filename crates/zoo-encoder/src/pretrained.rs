@@ -16,7 +16,7 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use zoo_core::checkpoint::{self, CheckpointError, KeyMap, WeightsFile};
+use zoo_core::checkpoint::{self, KeyMap, WeightsFile};
 
 use crate::config::BertConfig;
 use crate::error::Result;
@@ -186,18 +186,9 @@ fn save<M: Module>(
     {
         cfg.id2label = Some(checkpoint::default_id2label(n));
     }
-    let io = |e: std::io::Error| CheckpointError::Io {
-        path: dir.to_path_buf(),
-        message: e.to_string(),
-    };
     let layout = layout(cfg.model_type.as_deref());
-    std::fs::create_dir_all(dir).map_err(io)?;
-    checkpoint::save_safetensors(
-        model,
-        &dir.join("model.safetensors"),
-        &target.key_map(layout),
-    )?;
-    checkpoint::write_config(dir, &cfg, layout.model_type, target.architecture(layout))?;
+    let (map, arch) = (target.key_map(layout), target.architecture(layout));
+    checkpoint::save_pretrained(model, dir, &map, &cfg, layout.model_type, arch)?;
     Ok(())
 }
 

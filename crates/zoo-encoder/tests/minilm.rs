@@ -5,26 +5,13 @@
 //! values are committed (`tests/fixtures/minilm/expected.json`, from `cargo xtask
 //! fixtures`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 use zoo_device::test_device;
 use zoo_device::testing::floats;
 use zoo_encoder::{BertTokenizer, SentenceEncoder};
-
-/// The fetched folder: `$ZOO_MINILM_DIR`, else `<cache>/models/all-MiniLM-L6-v2`.
-fn minilm_dir() -> PathBuf {
-    let dir = std::env::var_os("ZOO_MINILM_DIR")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| zoo_core::checkpoint::cache_dir().join("models/all-MiniLM-L6-v2"));
-    assert!(
-        dir.join("model.safetensors").is_file(),
-        "all-MiniLM-L6-v2 is not in {}: run `cargo xtask fetch minilm` first",
-        dir.display()
-    );
-    dir
-}
+use zoo_fixtures::minilm_dir;
 
 #[derive(Deserialize)]
 struct Case {

@@ -52,6 +52,24 @@ pub fn tempdir(family: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// The all-MiniLM-L6-v2 folder `cargo xtask fetch minilm` unpacks: `$ZOO_MINILM_DIR`,
+/// else `<cache>/models/all-MiniLM-L6-v2`.
+///
+/// # Panics
+/// When it has no `model.safetensors`, with the command that fetches it.
+pub fn minilm_dir() -> PathBuf {
+    let dir = std::env::var_os("ZOO_MINILM_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| zoo_core::checkpoint::cache_dir().join("models/all-MiniLM-L6-v2"));
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "all-MiniLM-L6-v2 is not in {}: run `cargo xtask fetch minilm` first",
+        dir.display()
+    );
+    dir
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
+use zoo_core::checkpoint::{self, KeyMap};
 use zoo_core::validate;
 
 use crate::config::{MarianConfig, T5Config};
@@ -152,14 +152,6 @@ fn model_type(cfg: &serde_json::Map<String, serde_json::Value>) -> Option<&str> 
     cfg.get("model_type").and_then(serde_json::Value::as_str)
 }
 
-fn io(dir: &Path, e: std::io::Error) -> Seq2SeqError {
-    CheckpointError::Io {
-        path: dir.to_path_buf(),
-        message: e.to_string(),
-    }
-    .into()
-}
-
 impl T5ForConditionalGeneration {
     /// Loads an HF `T5ForConditionalGeneration` checkpoint folder.
     ///
@@ -182,12 +174,15 @@ impl T5ForConditionalGeneration {
     /// # Errors
     /// A folder that cannot be written.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        let cfg = self.config();
-        checkpoint::save_safetensors(self, &dir.join("model.safetensors"), &t5_map(cfg))?;
-        checkpoint::write_config(dir, cfg, "t5", "T5ForConditionalGeneration")?;
-        Ok(())
+        let (cfg, arch) = (self.config(), "T5ForConditionalGeneration");
+        Ok(checkpoint::save_pretrained(
+            self,
+            dir.as_ref(),
+            &t5_map(cfg),
+            cfg,
+            "t5",
+            arch,
+        )?)
     }
 }
 
@@ -214,10 +209,14 @@ impl MarianMtModel {
     /// # Errors
     /// A folder that cannot be written.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-        checkpoint::save_safetensors(self, &dir.join("model.safetensors"), &marian_map())?;
-        checkpoint::write_config(dir, self.config(), "marian", "MarianMTModel")?;
-        Ok(())
+        let (cfg, arch) = (self.config(), "MarianMTModel");
+        Ok(checkpoint::save_pretrained(
+            self,
+            dir.as_ref(),
+            &marian_map(),
+            cfg,
+            "marian",
+            arch,
+        )?)
     }
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use zoo_core::checkpoint::{self, CheckpointError, KeyMap, WeightsFile};
+use zoo_core::checkpoint::{self, KeyMap, WeightsFile};
 
 use crate::config::ViTConfig;
 use crate::error::Result;
@@ -92,13 +92,15 @@ fn read_config(dir: &Path) -> Result<ViTConfig> {
 }
 
 fn save<M: Module>(model: &M, cfg: &ViTConfig, dir: &Path, target: Target) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| CheckpointError::Io {
-        path: dir.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    checkpoint::save_safetensors(model, &dir.join("model.safetensors"), &target.key_map())?;
-    checkpoint::write_config(dir, cfg, "vit", target.architecture())?;
-    Ok(())
+    let map = target.key_map();
+    Ok(checkpoint::save_pretrained(
+        model,
+        dir,
+        &map,
+        cfg,
+        "vit",
+        target.architecture(),
+    )?)
 }
 
 impl ViTModel {

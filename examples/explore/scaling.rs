@@ -192,18 +192,6 @@ fn bytes(v: f64) -> String {
     }
 }
 
-fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 pub fn run(configs: &[PathBuf], tokens: Option<f64>) -> Result<(), Error> {
     if let Some(t) = tokens
         && !(t.is_finite() && t > 0.0)
@@ -282,8 +270,8 @@ pub fn run(configs: &[PathBuf], tokens: Option<f64>) -> Result<(), Error> {
         println!(
             "| {} | {} | {} | {} | {:.3e} | {:.3e} | {} | {:.3e} |",
             r.name,
-            thousands(r.params),
-            thousands(non_embedding),
+            zoo_core::thousands(r.params),
+            zoo_core::thousands(non_embedding),
             r.context,
             forward,
             20.0 * n,

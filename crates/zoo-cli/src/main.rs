@@ -247,19 +247,6 @@ fn one_of(names: &[&str]) -> String {
     }
 }
 
-/// `1234567` as `1,234,567`.
-fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn dtype_name(dtype: burn::tensor::DType) -> String {
     use burn::tensor::DType;
     match dtype {
@@ -288,7 +275,7 @@ fn info(dir: &Path, device: &Device) -> Result<()> {
     outln!("model:        {}", dir.display());
     outln!("model_type:   {}", arch.model_type);
     outln!("architecture: {}", arch.name);
-    outln!("parameters:   {}", thousands(model.num_params()));
+    outln!("parameters:   {}", zoo_core::thousands(model.num_params()));
     let dtypes = dtypes.into_iter().collect::<Vec<_>>().join(", ");
     if dtypes == "float32" {
         outln!("dtype:        {dtypes}");
@@ -332,17 +319,29 @@ fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<(
     Ok(())
 }
 
+/// The error for a folder whose architecture cannot run `command` (`task`), which needs
+/// `kind`: the model types that can, and what the folder holds.
+fn not_for(command: &str, task: Task, kind: &str, dir: &Path, model: &AutoModel) -> CliError {
+    let arch = model.architecture();
+    CliError::Unsupported(format!(
+        "{command} needs {kind} ({}); {} is {} ({})",
+        model_types(Some(task)).join(", "),
+        dir.display(),
+        arch.model_type,
+        arch.name
+    ))
+}
+
 fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
     let model = AutoModel::from_pretrained(&args.model, device)?;
     let Some(lm) = model.generator() else {
-        let arch = model.architecture();
-        return Err(CliError::Unsupported(format!(
-            "generate needs a causal LM ({}); {} is {} ({})",
-            model_types(Some(Task::Generate)).join(", "),
-            args.model.display(),
-            arch.model_type,
-            arch.name
-        )));
+        return Err(not_for(
+            "generate",
+            Task::Generate,
+            "a causal LM",
+            &args.model,
+            &model,
+        ));
     };
     if args.prompt.is_empty() {
         return Err(CliError::Input("the prompt is empty".into()));
@@ -436,14 +435,14 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
     let loaded = AutoModel::from_pretrained(&args.model, device)?;
     let Some(model) = loaded.translator() else {
-        let arch = loaded.architecture();
-        return Err(CliError::Unsupported(format!(
-            "translate needs an encoder-decoder model ({}); {} is {} ({})",
-            model_types(Some(Task::Translate)).join(", "),
-            args.model.display(),
-            arch.model_type,
-            arch.name
-        )));
+        let kind = "an encoder-decoder model";
+        return Err(not_for(
+            "translate",
+            Task::Translate,
+            kind,
+            &args.model,
+            &loaded,
+        ));
     };
     run_translate(model, args)
 }
@@ -574,13 +573,5 @@ mod tests {
         assert_eq!(one_of(&["a"]), "a");
         assert_eq!(one_of(&["a", "b"]), "a or b");
         assert_eq!(one_of(&["a", "b", "c"]), "a, b or c");
-    }
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(124_439_808), "124,439,808");
     }
 }

@@ -38,5 +38,5 @@ pub use model::{
 };
 pub use registry::{
     Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
-    Pretrained, Task, TextGenerator, Translator,
+    Pretrained, Task, TextGenerator, Translator, thousands,
 };

@@ -272,6 +272,19 @@ impl<M: burn::module::Module> ParamCount for M {
     }
 }
 
+/// A parameter count as people read it: `124439808` as `124,439,808`.
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A loaded checkpoint of any family.
 pub trait Pretrained: ParamCount {
     /// The outputs of one forward pass, named as HF names them (`logits`, or
@@ -396,6 +409,14 @@ pub trait Classifier {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(124_439_808), "124,439,808");
+    }
+
     use super::*;
 
     fn m(name: &'static str, rows: &[&[i64]]) -> IntMatrix {

@@ -64,6 +64,28 @@ pub fn model_type(kind: Option<&str>, expected: &str, family: &str) -> Result<()
     }
 }
 
+/// What BERT-style configs (BERT, RoBERTa, ViT) check alike: the LayerNorm epsilon, the
+/// hidden and attention dropouts, and the class names of `id2label` when present.
+///
+/// # Errors
+/// The first value out of range, named.
+pub fn bert_style(
+    layer_norm_eps: f64,
+    hidden_dropout_prob: f64,
+    attention_probs_dropout_prob: f64,
+    id2label: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(), String> {
+    epsilon("layer_norm_eps", layer_norm_eps)?;
+    probabilities(&[
+        ("hidden_dropout_prob", hidden_dropout_prob),
+        ("attention_probs_dropout_prob", attention_probs_dropout_prob),
+    ])?;
+    if let Some(labels) = id2label {
+        crate::checkpoint::class_names(labels)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -259,57 +259,32 @@ impl BertForMaskedLm {
     }
 }
 
-impl BertForSequenceClassification {
-    /// Loads an HF `BertForSequenceClassification` checkpoint folder; the class count
-    /// and names come from its `id2label`.
-    ///
-    /// # Errors
-    /// As [`BertModel::from_pretrained`], and a `config.json` without `id2label`.
-    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
-        load_classifier(
-            dir.as_ref(),
-            device,
-            Target::SequenceClassification,
-            Self::new,
-        )
-    }
+/// Loading and saving of the classifier heads, whose class count comes from `id2label`.
+macro_rules! classifier_checkpoint {
+    ($($model:ident => $target:ident),*) => {$(
+        impl $model {
+            #[doc = concat!(
+                "Loads an HF `", stringify!($model), "` checkpoint folder; the class count \
+                 and names come from its `id2label`.\n\n# Errors\nAs \
+                 [`BertModel::from_pretrained`], and a `config.json` without `id2label`."
+            )]
+            pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+                load_classifier(dir.as_ref(), device, Target::$target, Self::new)
+            }
 
-    /// Writes the model as an HF `BertForSequenceClassification` checkpoint folder.
-    ///
-    /// # Errors
-    /// A folder that cannot be written.
-    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        save(
-            self,
-            self.bert.config(),
-            Some(self.classifier.weight.dims()[1]),
-            dir.as_ref(),
-            Target::SequenceClassification,
-        )
-    }
+            #[doc = concat!(
+                "Writes the model as an HF `", stringify!($model), "` checkpoint folder.\n\n\
+                 # Errors\nA folder that cannot be written."
+            )]
+            pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+                let classes = Some(self.classifier.weight.dims()[1]);
+                save(self, self.bert.config(), classes, dir.as_ref(), Target::$target)
+            }
+        }
+    )*};
 }
 
-impl BertForTokenClassification {
-    /// Loads an HF `BertForTokenClassification` checkpoint folder; the class count comes
-    /// from its `id2label`.
-    ///
-    /// # Errors
-    /// As [`BertForSequenceClassification::from_pretrained`].
-    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
-        load_classifier(dir.as_ref(), device, Target::TokenClassification, Self::new)
-    }
-
-    /// Writes the model as an HF `BertForTokenClassification` checkpoint folder.
-    ///
-    /// # Errors
-    /// A folder that cannot be written.
-    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        save(
-            self,
-            self.bert.config(),
-            Some(self.classifier.weight.dims()[1]),
-            dir.as_ref(),
-            Target::TokenClassification,
-        )
-    }
-}
+classifier_checkpoint!(
+    BertForSequenceClassification => SequenceClassification,
+    BertForTokenClassification => TokenClassification
+);

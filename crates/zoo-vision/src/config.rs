@@ -203,18 +203,12 @@ impl ViTConfig {
                     self.pooler_act
                 ));
             }
-            validate::epsilon("layer_norm_eps", self.layer_norm_eps)?;
-            validate::probabilities(&[
-                ("hidden_dropout_prob", self.hidden_dropout_prob),
-                (
-                    "attention_probs_dropout_prob",
-                    self.attention_probs_dropout_prob,
-                ),
-            ])?;
-            if let Some(labels) = &self.id2label {
-                zoo_core::checkpoint::class_names(labels)?;
-            }
-            Ok(())
+            validate::bert_style(
+                self.layer_norm_eps,
+                self.hidden_dropout_prob,
+                self.attention_probs_dropout_prob,
+                self.id2label.as_ref(),
+            )
         };
         checks().map_err(VisionError::Config)
     }
@@ -222,10 +216,7 @@ impl ViTConfig {
     /// The class names of a classification checkpoint, in class order (empty without
     /// `id2label`).
     pub fn labels(&self) -> Vec<String> {
-        self.id2label
-            .as_ref()
-            .and_then(|l| zoo_core::checkpoint::class_names(l).ok())
-            .unwrap_or_default()
+        zoo_core::checkpoint::labels(self.id2label.as_ref())
     }
 }
 

@@ -306,34 +306,31 @@ mod tests {
         assert_eq!(p.resample, Resample::Bicubic);
         assert_eq!(p.rescale_factor, Some(0.5));
         assert_eq!(p.normalize.unwrap().1, vec![1.0, 2.0, 4.0]);
-        assert_eq!(
-            ImageProcessor::from_json("{}").unwrap_err().to_string(),
-            "size {} is not supported: give a positive \"height\" and \"width\""
-        );
-        assert_eq!(
-            ImageProcessor::from_json(r#"{"size": {"shortest_edge": 224}}"#)
-                .unwrap_err()
-                .to_string(),
-            "size {\"shortest_edge\":224} is not supported: give a positive \"height\" and \"width\""
-        );
-        assert_eq!(
-            ImageProcessor::from_json(r#"{"do_resize": false, "resample": 7}"#)
-                .unwrap_err()
-                .to_string(),
-            "resample 7 is not a supported PIL filter (0 nearest, 1 lanczos, 2 bilinear, 3 bicubic)"
-        );
-        assert_eq!(
-            ImageProcessor::from_json(r#"{"do_resize": false, "image_std": [0.5, 0.5]}"#)
-                .unwrap_err()
-                .to_string(),
-            "image_mean has 3 values and image_std 2; both need 3 (RGB) or 1 (grey)"
-        );
-        assert_eq!(
-            ImageProcessor::from_json(r#"{"do_resize": false, "image_std": [0.5, 0, 0.5]}"#)
-                .unwrap_err()
-                .to_string(),
-            "image_std 0 cannot divide pixel values"
-        );
+        for (json, message) in [
+            (
+                "{}",
+                "size {} is not supported: give a positive \"height\" and \"width\"",
+            ),
+            (
+                r#"{"size": {"shortest_edge": 224}}"#,
+                "size {\"shortest_edge\":224} is not supported: give a positive \"height\" and \"width\"",
+            ),
+            (
+                r#"{"do_resize": false, "resample": 7}"#,
+                "resample 7 is not a supported PIL filter (0 nearest, 1 lanczos, 2 bilinear, 3 bicubic)",
+            ),
+            (
+                r#"{"do_resize": false, "image_std": [0.5, 0.5]}"#,
+                "image_mean has 3 values and image_std 2; both need 3 (RGB) or 1 (grey)",
+            ),
+            (
+                r#"{"do_resize": false, "image_std": [0.5, 0, 0.5]}"#,
+                "image_std 0 cannot divide pixel values",
+            ),
+        ] {
+            let e = ImageProcessor::from_json(json).unwrap_err();
+            assert_eq!(e.to_string(), message, "{json}");
+        }
     }
 
     #[test]

@@ -96,6 +96,15 @@ impl TokenIds {
     }
 }
 
+/// The class names of a classification checkpoint's `id2label`, in class order: empty
+/// without one, or with one that [`class_names`] refuses (its config's validation names
+/// the fault).
+pub fn labels(id2label: Option<&BTreeMap<String, String>>) -> Vec<String> {
+    id2label
+        .and_then(|l| class_names(l).ok())
+        .unwrap_or_default()
+}
+
 /// The class names of HF's `id2label` (`{"0": "cat", "1": "dog"}`), in class order.
 ///
 /// # Errors

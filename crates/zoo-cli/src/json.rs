@@ -70,12 +70,8 @@ pub fn forward_input(value: &Value) -> Result<ForwardInput> {
         .into_iter()
         .flatten()
     {
-        if let Some((r, c, x)) = find(&ids.rows, |x| x < 0) {
-            return Err(CliError::Input(format!(
-                "{}[{r}][{c}] is a negative token id, {x}",
-                ids.name
-            )));
-        }
+        // The check every family makes, made before any model is loaded.
+        ids.to_ids().map_err(|e| CliError::Input(e.to_string()))?;
     }
     Ok(input)
 }

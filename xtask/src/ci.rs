@@ -1,0 +1,242 @@
+//! `cargo xtask ci`: every step a change must pass, and the per-backend summary.
+
+use super::*;
+
+/// Backend features every build and test run switches on together, so that one build
+/// of Burn serves all backends and switching `ZOO_TEST_DEVICE` never recompiles.
+pub(crate) const MATRIX_FEATURES: &str =
+    "zoo-device/flex,zoo-device/ndarray,zoo-device/wgpu,zoo-device/tch";
+
+/// Features of the cuda compile check (no GPU here, so it is built, not run).
+pub(crate) const CUDA_FEATURES: &str = "zoo-device/flex,zoo-device/cuda";
+
+/// Backends run by the matrix step, after the full suite on `flex`.
+pub(crate) const MATRIX_BACKENDS: [&str; 3] = ["ndarray", "wgpu", "tch"];
+
+/// Backends that must not skip any test in CI: the CI machine provides them for real.
+pub(crate) const MUST_RUN_BACKENDS: [&str; 2] = ["wgpu", "tch"];
+
+/// The README's first command, `cargo run --release --example names`, as a build: CI
+/// compiles exactly what a user's first run compiles, default features (flex) only.
+pub(crate) const README_BUILD: [&str; 4] = ["build", "--release", "--example", "names"];
+
+/// Prints a step header and, when it ends, its duration and outcome.
+pub(crate) fn step<T>(title: &str, body: impl FnOnce() -> Result<T>) -> Result<T> {
+    println!("\n==> {title}");
+    let started = Instant::now();
+    let result = body();
+    let verdict = if result.is_ok() { "done" } else { "FAILED" };
+    println!(
+        "<== {title}: {verdict} in {}",
+        format_duration(started.elapsed())
+    );
+    result
+}
+
+pub(crate) fn format_duration(elapsed: Duration) -> String {
+    let seconds = elapsed.as_secs_f64();
+    if seconds < 60.0 {
+        format!("{seconds:.1}s")
+    } else {
+        let whole = elapsed.as_secs();
+        format!("{}m{:02}s", whole / 60, whole % 60)
+    }
+}
+
+/// The matrix backends to run: all of them, or those named in `ZOO_CI_BACKENDS`.
+/// Returns the list and whether it was restricted.
+pub(crate) fn selected_backends() -> Result<(Vec<&'static str>, bool)> {
+    let Some(list) = env::var_os("ZOO_CI_BACKENDS") else {
+        return Ok((MATRIX_BACKENDS.to_vec(), false));
+    };
+    let list = list.to_string_lossy().into_owned();
+    let mut chosen = Vec::new();
+    for name in list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+    {
+        let Some(backend) = MATRIX_BACKENDS.iter().find(|known| **known == name) else {
+            return Err(format!(
+                "ZOO_CI_BACKENDS names unknown backend `{name}` (known: {})",
+                MATRIX_BACKENDS.join(", ")
+            ));
+        };
+        if !chosen.contains(backend) {
+            chosen.push(*backend);
+        }
+    }
+    Ok((chosen, true))
+}
+
+/// The full check. Returns `Ok(false)` when tests fail, `Err` when a gate step fails.
+pub(crate) fn ci() -> Result<bool> {
+    let started = Instant::now();
+    let (backends, partial) = selected_backends()?;
+    if partial {
+        println!(
+            "ci: PARTIAL run, ZOO_CI_BACKENDS restricts the matrix to [{}]",
+            backends.join(", ")
+        );
+    }
+    let venv = step("setup", setup)?;
+    let cargo_env = CargoEnv::new(&venv)?;
+    // The MiniLM parity tests run on every backend and are never skipped.
+    step("fetch minilm", fetch_minilm)?;
+
+    step("cargo fmt --all -- --check", || {
+        run_checked(
+            &mut cargo_env.cargo(["fmt", "--all", "--", "--check"]),
+            "format check",
+        )
+    })?;
+    step("documented commands put cargo options before `--`", || {
+        check_documented_commands(&workspace_root())
+    })?;
+    step("clippy (flex, ndarray, wgpu, tch)", || {
+        let args = [
+            "clippy",
+            "--release",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            MATRIX_FEATURES,
+            "--",
+            "-D",
+            "warnings",
+        ];
+        run_checked(&mut cargo_env.cargo(args), "clippy")
+    })?;
+    step("cuda compile check", || {
+        // cubecl-cuda's build downloads LLVM unless DOCS_RS is set; a type check needs
+        // no LLVM. The variable changes build-script outputs, so this check keeps its
+        // own target folder and never invalidates the test build.
+        let target = env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"));
+        let mut cuda_target = target.into_os_string();
+        cuda_target.push("-cuda-check");
+        let mut command = cargo_env.cargo([
+            "check",
+            "--release",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            CUDA_FEATURES,
+        ]);
+        command
+            .env("DOCS_RS", "1")
+            .env("CARGO_TARGET_DIR", cuda_target);
+        run_checked(&mut command, "cuda check")
+    })?;
+
+    step(
+        "the README's first command builds (default features)",
+        || {
+            // The same environment as every other step, so torch-sys is not rebuilt; the
+            // default feature set gets its own copies of the crates whose features differ.
+            run_checked(&mut cargo_env.cargo(README_BUILD), "README build")
+        },
+    )?;
+
+    let mut reports: Vec<(&str, BackendReport)> = Vec::new();
+    let flex = step("tests on flex (full suite, doctests included)", || {
+        let args = [
+            "test",
+            "--release",
+            "--workspace",
+            "--no-fail-fast",
+            "--features",
+            MATRIX_FEATURES,
+        ];
+        run_tests(&cargo_env, "flex", &args)
+    })?;
+    reports.push(("flex", flex));
+
+    // The matrix runs even after failures on flex, so one run shows every backend.
+    {
+        for backend in &backends {
+            let report = step(&format!("tests on {backend}"), || {
+                let args = [
+                    "test",
+                    "--release",
+                    "--workspace",
+                    "--no-fail-fast",
+                    "--lib",
+                    "--bins",
+                    "--tests",
+                    "--examples",
+                    "--features",
+                    MATRIX_FEATURES,
+                    "--",
+                    "--skip",
+                    "learning_",
+                ];
+                run_tests(&cargo_env, backend, &args)
+            })?;
+            reports.push((backend, report));
+        }
+    }
+
+    let ok = summarize(&reports);
+    if partial {
+        println!("ci: PARTIAL run (ZOO_CI_BACKENDS is set); this is not a full CI result");
+    }
+    let verdict = if ok { "passed" } else { "FAILED" };
+    println!("ci: {verdict} in {}", format_duration(started.elapsed()));
+    Ok(ok)
+}
+
+/// Prints one line per backend, then why the run fails, if it does. A backend that did
+/// not run (a partial run, or flex failing first) is listed as such; the reason it did
+/// not run already decides the verdict.
+pub(crate) fn summarize(reports: &[(&str, BackendReport)]) -> bool {
+    println!("\n==> summary");
+    let mut problems = Vec::new();
+    for name in std::iter::once("flex").chain(MATRIX_BACKENDS) {
+        let Some((_, report)) = reports.iter().find(|(ran, _)| *ran == name) else {
+            println!("backend {name}: not run");
+            continue;
+        };
+        println!(
+            "backend {name}: {} passed, {} failed, {} skipped",
+            report.passed, report.failed, report.skipped
+        );
+        if report.failed > 0 {
+            problems.push(format!("backend {name} has {} failure(s)", report.failed));
+        }
+        if report.passed == 0 {
+            problems.push(format!("backend {name} passed no test at all"));
+        }
+        if MUST_RUN_BACKENDS.contains(&name) && report.skipped > 0 {
+            problems.push(format!(
+                "backend {name} must run every test in CI but skipped {}",
+                report.skipped
+            ));
+        }
+    }
+    println!(
+        "backend cuda: 0 passed, 0 failed, 0 skipped \
+         (compile-checked; runs only where an NVIDIA GPU exists)"
+    );
+    for (name, report) in reports {
+        if MUST_RUN_BACKENDS.contains(name) && !report.skipped_names.is_empty() {
+            println!("skipped on {name}:");
+            for test in &report.skipped_names {
+                println!("  {test}");
+            }
+        }
+    }
+    for (name, report) in reports {
+        for (test, lines) in &report.failures {
+            println!("failed on {name}: {test}");
+            for line in lines {
+                println!("    {line}");
+            }
+        }
+    }
+    for problem in &problems {
+        println!("ci: {problem}");
+    }
+    problems.is_empty()
+}

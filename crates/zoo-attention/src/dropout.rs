@@ -128,13 +128,12 @@ mod tests {
             (2900..3250).contains(&kept),
             "{kept} of 4096 kept at p = 0.25"
         );
-        // Two calls draw two masks; reseeding the device repeats them.
-        ad.seed(7);
+        // Two calls draw two masks (that reseeding repeats them is tested alone, in
+        // tests/dropout_seed.rs: libtorch's generator is global to the process, and the
+        // tests running beside this one draw from it).
         let a = floats(dropout(&d, x.clone()));
         let b = floats(dropout(&d, x.clone()));
         assert_ne!(a, b);
-        ad.seed(7);
-        assert_eq!(floats(dropout(&d, x.clone())), a);
         // Gradients flow through the kept elements only, scaled.
         let xr = Tensor::<2>::ones([8, 8], &ad).require_grad();
         let out = dropout(&d, xr.clone());

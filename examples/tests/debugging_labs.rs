@@ -140,7 +140,7 @@ fn a_padding_id_outside_the_vocabulary_is_named() {
     let e = c.validate().unwrap_err();
     assert!(
         e.to_string()
-            .contains("pad_token_id 30 is out of range for vocab_size 30"),
+            .contains("pad_token_id must be < vocab_size 30, got 30"),
         "{e}"
     );
     // An id past the vocabulary in the input itself.

@@ -10,9 +10,10 @@ use burn::nn::{
 };
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
+use zoo_core::ConfigError;
 
 use crate::cache::{CrossKvCache, KvCache};
-use crate::error::{AttentionError, Result};
+use crate::error::Result;
 use crate::ffn::{FeedForward, FeedForwardConfig};
 use crate::mask::Mask;
 use crate::mha::{
@@ -59,7 +60,7 @@ pub(crate) fn check_prob(name: &'static str, value: f64) -> Result<()> {
     if (0.0..1.0).contains(&value) {
         Ok(())
     } else {
-        Err(AttentionError::BadProbability { name, value })
+        Err(ConfigError::probability(name, value).into())
     }
 }
 
@@ -232,10 +233,11 @@ impl TransformerBlockConfig {
     pub fn init(&self, device: &Device) -> Result<TransformerBlock> {
         let d = self.attention.d_model;
         if self.ffn.d_model != d {
-            return Err(AttentionError::Unsupported(format!(
+            return Err(ConfigError::conflict(format!(
                 "ffn d_model {} differs from attention d_model {d}",
                 self.ffn.d_model
-            )));
+            ))
+            .into());
         }
         check_prob("block dropout", self.dropout)?;
         Ok(TransformerBlock {
@@ -263,10 +265,11 @@ impl CrossAttentionBlockConfig {
     pub fn init(&self, device: &Device) -> Result<CrossAttentionBlock> {
         let d = self.block.attention.d_model;
         if self.cross_attention.d_model != d {
-            return Err(AttentionError::Unsupported(format!(
+            return Err(ConfigError::conflict(format!(
                 "cross-attention d_model {} differs from attention d_model {d}",
                 self.cross_attention.d_model
-            )));
+            ))
+            .into());
         }
         let TransformerBlock {
             self_attn,

@@ -1,6 +1,7 @@
 //! The key/value cache for incremental decoding: one per layer.
 
 use burn::tensor::{Int, Tensor, TensorData};
+use zoo_core::ConfigError;
 
 use crate::error::{AttentionError, Result};
 
@@ -45,7 +46,7 @@ impl KvCache {
     /// When `window` is zero.
     pub fn sliding(window: usize) -> Result<Self> {
         if window == 0 {
-            return Err(AttentionError::Zero { name: "window" });
+            return Err(ConfigError::zero("window").into());
         }
         Ok(Self {
             window: Some(window),
@@ -276,7 +277,7 @@ impl CrossKvCache {
 
 fn row_index(rows: &[usize], batch: usize) -> Result<TensorData> {
     if rows.is_empty() {
-        return Err(AttentionError::Zero { name: "rows" });
+        return Err(ConfigError::zero("rows").into());
     }
     if let Some(&r) = rows.iter().find(|&&r| r >= batch) {
         return Err(AttentionError::Unsupported(format!(
@@ -404,7 +405,7 @@ mod tests {
         assert_eq!((c.len(), c.seen(), c.first_position()), (2, 4, 2));
         assert_eq!(
             KvCache::sliding(0).unwrap_err(),
-            AttentionError::Zero { name: "window" }
+            ConfigError::zero("window").into()
         );
     }
 }

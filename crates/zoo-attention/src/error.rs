@@ -1,45 +1,14 @@
 //! The crate's error type.
 
+use zoo_core::ConfigError;
+
 /// Everything that can go wrong when building or running an attention layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AttentionError {
-    /// `d_model` does not split into `n_heads` equal heads.
-    #[error("d_model {d_model} is not divisible by n_heads {n_heads}")]
-    HeadsDoNotDivideModel {
-        /// Model width.
-        d_model: usize,
-        /// Number of query heads.
-        n_heads: usize,
-    },
-    /// Grouped-query attention needs every KV head to serve the same number of query heads.
-    #[error("n_heads {n_heads} is not divisible by n_kv_heads {n_kv_heads}")]
-    KvHeadsDoNotDivideHeads {
-        /// Number of query heads.
-        n_heads: usize,
-        /// Number of key/value heads.
-        n_kv_heads: usize,
-    },
-    /// RoPE rotates pairs of features, so the head dimension must be even.
-    #[error("rotary embeddings need an even head dimension, got {head_dim}")]
-    OddRopeDim {
-        /// Size of one head.
-        head_dim: usize,
-    },
-    /// A size that must be positive was zero.
-    #[error("{name} must be > 0, got 0")]
-    Zero {
-        /// Which size.
-        name: &'static str,
-    },
-    /// A probability outside `[0, 1)`.
-    #[error("{name} must be in [0, 1), got {value}")]
-    BadProbability {
-        /// Which probability.
-        name: &'static str,
-        /// The value given.
-        value: f64,
-    },
+    /// A layer's settings that cannot build it.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A tensor had the wrong shape.
     #[error("{what}: expected shape {expected}, got {got:?}")]
     Shape {
@@ -68,17 +37,8 @@ pub enum AttentionError {
         /// The position given.
         position: i64,
     },
-    /// A setting outside the range where it means something.
-    #[error("{name} must be {bound}, got {value}")]
-    OutOfRange {
-        /// Which setting.
-        name: &'static str,
-        /// The range, in words (`>= 4`, `> 0`).
-        bound: &'static str,
-        /// The value given.
-        value: String,
-    },
-    /// Two settings that cannot be used together.
+    /// An input this layer or kernel cannot run (a KV cache on the linear kernel, a window
+    /// over fewer keys than queries).
     #[error("{0}")]
     Unsupported(String),
 }

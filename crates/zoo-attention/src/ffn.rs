@@ -14,9 +14,10 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::activation::{gelu, relu, sigmoid, silu};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
+use zoo_core::ConfigError;
 
 use crate::block::{check_prob, linear_rows};
-use crate::error::{AttentionError, Result};
+use crate::error::Result;
 
 /// The feed-forward non-linearity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,10 +218,10 @@ impl FeedForwardConfig {
     /// activation.
     pub fn init(&self, device: &Device) -> Result<FeedForward> {
         if self.d_model == 0 {
-            return Err(AttentionError::Zero { name: "d_model" });
+            return Err(ConfigError::zero("d_model").into());
         }
         if self.d_ff == 0 {
-            return Err(AttentionError::Zero { name: "d_ff" });
+            return Err(ConfigError::zero("d_ff").into());
         }
         check_prob("ffn dropout", self.dropout)?;
         let linear = |a, b| {
@@ -242,10 +243,11 @@ impl FeedForwardConfig {
                 act,
             }),
             (false, GateLayout::Fused) => {
-                return Err(AttentionError::Unsupported(format!(
+                return Err(ConfigError::conflict(format!(
                     "a fused gate-up projection needs a gated activation, got {:?}",
                     self.activation
-                )));
+                ))
+                .into());
             }
             (true, GateLayout::Separate) => FeedForward::Gated(GatedFfn {
                 gate_proj: linear(d, f),

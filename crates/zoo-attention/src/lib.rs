@@ -53,3 +53,4 @@ pub use mha::{
     MultiHeadAttentionConfig, PositionBias, SelfAttention, SelfPositions, SeparateQkv,
 };
 pub use position::{Positions, RopeLayout};
+pub use zoo_core::ConfigError;

@@ -2,6 +2,7 @@
 //! relative position bias.
 
 use std::ops::Range;
+use zoo_core::ConfigError;
 
 use burn::config::Config;
 use burn::module::Module;
@@ -20,10 +21,10 @@ use crate::error::{AttentionError, Result};
 /// When `max_len` or `d_model` is zero.
 pub fn sinusoidal_table(max_len: usize, d_model: usize, device: &Device) -> Result<Tensor<2>> {
     if max_len == 0 {
-        return Err(AttentionError::Zero { name: "max_len" });
+        return Err(ConfigError::zero("max_len").into());
     }
     if d_model == 0 {
-        return Err(AttentionError::Zero { name: "d_model" });
+        return Err(ConfigError::zero("d_model").into());
     }
     let mut values = vec![0f32; max_len * d_model];
     for pos in 0..max_len {
@@ -52,10 +53,10 @@ pub fn sinusoidal_table_split(
     device: &Device,
 ) -> Result<Tensor<2>> {
     if max_len == 0 {
-        return Err(AttentionError::Zero { name: "max_len" });
+        return Err(ConfigError::zero("max_len").into());
     }
     if d_model == 0 {
-        return Err(AttentionError::Zero { name: "d_model" });
+        return Err(ConfigError::zero("d_model").into());
     }
     let half = d_model / 2 + d_model % 2;
     let mut values = vec![0f32; max_len * d_model];
@@ -200,9 +201,7 @@ impl Positions {
     pub fn from_rows(rows: &[Vec<usize>], device: &Device) -> Result<Self> {
         let t = rows.first().map_or(0, Vec::len);
         if rows.is_empty() || t == 0 {
-            return Err(AttentionError::Zero {
-                name: "positions per row",
-            });
+            return Err(ConfigError::zero("positions per row").into());
         }
         if let Some(row) = rows.iter().find(|r| r.len() != t) {
             return Err(AttentionError::Shape {
@@ -296,12 +295,15 @@ impl RotaryEncodingConfig {
     /// An odd or zero head dimension, or a zero `max_len`.
     pub fn init(&self, device: &Device) -> Result<RotaryEncoding> {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
-            return Err(AttentionError::OddRopeDim {
-                head_dim: self.head_dim,
-            });
+            return Err(ConfigError::range(
+                "head_dim",
+                "even for rotary embeddings",
+                self.head_dim,
+            )
+            .into());
         }
         if self.max_len == 0 {
-            return Err(AttentionError::Zero { name: "max_len" });
+            return Err(ConfigError::zero("max_len").into());
         }
         let half = self.head_dim / 2;
         let mut cos = Vec::with_capacity(self.max_len * half);
@@ -505,11 +507,7 @@ pub fn check_bucket_settings(
     bidirectional: bool,
 ) -> Result<()> {
     if num_buckets < 4 {
-        return Err(AttentionError::OutOfRange {
-            name: "num_buckets",
-            bound: ">= 4",
-            value: num_buckets.to_string(),
-        });
+        return Err(ConfigError::range("num_buckets", ">= 4", num_buckets.to_string()).into());
     }
     let max_exact = if bidirectional {
         num_buckets / 4
@@ -517,11 +515,12 @@ pub fn check_bucket_settings(
         num_buckets / 2
     };
     if max_distance <= max_exact {
-        return Err(AttentionError::OutOfRange {
-            name: "max_distance",
-            bound: "larger than the exact buckets (num_buckets / 2, or / 4 bidirectional)",
-            value: max_distance.to_string(),
-        });
+        return Err(ConfigError::range(
+            "max_distance",
+            "larger than the exact buckets (num_buckets / 2, or / 4 bidirectional)",
+            max_distance.to_string(),
+        )
+        .into());
     }
     Ok(())
 }
@@ -593,7 +592,7 @@ impl RelativePositionBiasConfig {
             ("max_distance", self.max_distance),
         ] {
             if v == 0 {
-                return Err(AttentionError::Zero { name });
+                return Err(ConfigError::zero(name).into());
             }
         }
         check_bucket_settings(self.num_buckets, self.max_distance, self.bidirectional)?;
@@ -831,7 +830,7 @@ mod tests {
         let d = test_device();
         assert_eq!(
             RotaryEncodingConfig::new(7, 8).init(&d).unwrap_err(),
-            AttentionError::OddRopeDim { head_dim: 7 }
+            ConfigError::range("head_dim", "even for rotary embeddings", 7).into()
         );
         let rope = RotaryEncodingConfig::new(4, 8).init(&d).unwrap();
         let x = Tensor::<4>::zeros([1, 1, 2, 4], &d);

@@ -19,6 +19,7 @@ use burn::nn::Dropout;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use zoo_core::ConfigError;
 
 use crate::error::{AttentionError, Result};
 use crate::mask::{Mask, Visibility};
@@ -329,7 +330,7 @@ pub fn attention_sliding_window(
 ) -> Result<Tensor<4>> {
     let [b, h, t, tk] = check_qkv(&q, &k, &v, &Mask::none())?;
     if window == 0 {
-        return Err(AttentionError::Zero { name: "window" });
+        return Err(ConfigError::zero("window").into());
     }
     if t != tk {
         return Err(AttentionError::Unsupported(format!(

@@ -26,6 +26,7 @@ mod error;
 pub mod generate;
 pub mod model;
 pub mod registry;
+pub mod tokens;
 pub mod validate;
 
 pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
@@ -40,3 +41,5 @@ pub use registry::{
     Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
     Pretrained, Task, TextGenerator, Translator, thousands,
 };
+pub use tokens::{TokenError, TokenLimits};
+pub use validate::ConfigError;

@@ -1,6 +1,8 @@
 //! The seeds' bigram baseline: next-token probabilities from counts of adjacent pairs,
 //! with Laplace (add-alpha) smoothing.
 
+use zoo_core::ConfigError;
+
 use crate::error::{DecoderError, Result};
 
 /// A count-based bigram model over a vocabulary of `vocab_size` ids.
@@ -19,12 +21,10 @@ impl BigramModel {
     /// A non-positive `alpha`, a zero vocabulary, or an id outside it.
     pub fn fit(sequences: &[Vec<usize>], vocab_size: usize, alpha: f64) -> Result<Self> {
         if alpha.is_nan() || alpha <= 0.0 {
-            return Err(DecoderError::Config(format!(
-                "bigram alpha must be > 0, got {alpha}"
-            )));
+            return Err(ConfigError::range("bigram alpha", "> 0", alpha).into());
         }
         if vocab_size == 0 {
-            return Err(DecoderError::Config("bigram vocab_size must be > 0".into()));
+            return Err(ConfigError::zero("bigram vocab_size").into());
         }
         let mut counts = vec![0f64; vocab_size * vocab_size];
         for seq in sequences {

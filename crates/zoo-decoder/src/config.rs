@@ -7,7 +7,9 @@ use zoo_attention::{
     NormPlacement, RopeLayout, TransformerBlockConfig,
 };
 
-use crate::error::{DecoderError, Result};
+use zoo_core::validate;
+
+use crate::error::Result;
 
 /// How the model knows where a token is.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -204,23 +206,14 @@ impl DecoderConfig {
     /// # Errors
     /// A zero size, with its name.
     pub fn validate(&self) -> Result<()> {
-        for (name, v) in [
+        validate::positive(&[
             ("vocab_size", self.vocab_size),
             ("d_model", self.d_model),
             ("n_layers", self.n_layers),
             ("n_heads", self.n_heads),
             ("max_len", self.max_len),
-        ] {
-            if v == 0 {
-                return Err(DecoderError::Config(format!("{name} must be > 0")));
-            }
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return Err(DecoderError::Config(format!(
-                "dropout must be in [0, 1), got {}",
-                self.dropout
-            )));
-        }
+        ])?;
+        validate::probabilities(&[("dropout", self.dropout)])?;
         self.block().attention.validate()?;
         Ok(())
     }

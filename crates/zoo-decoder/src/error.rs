@@ -8,7 +8,7 @@ use zoo_attention::AttentionError;
 pub enum DecoderError {
     /// A configuration value that cannot work.
     #[error("invalid decoder config: {0}")]
-    Config(String),
+    Config(#[from] zoo_core::ConfigError),
     /// A token id outside the vocabulary.
     #[error(
         "token id {id} at batch row {row}, position {position} is out of range for vocab_size {vocab_size}"

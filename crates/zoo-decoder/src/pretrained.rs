@@ -32,6 +32,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use zoo_attention::{FfnActivation, HiddenAct, RopeLayout};
+use zoo_core::ConfigError;
 pub use zoo_core::checkpoint::TokenIds;
 use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 
@@ -194,8 +195,13 @@ pub enum HfDecoderConfig {
     Phi3(Phi3Config),
 }
 
-pub(crate) fn unsupported(what: String) -> DecoderError {
-    DecoderError::Config(format!("unsupported checkpoint setting: {what}"))
+/// A checkpoint setting the zoo does not implement: its name, its value, and what is.
+pub(crate) fn unsupported(
+    name: &str,
+    value: impl std::fmt::Display,
+    supported: &str,
+) -> DecoderError {
+    ConfigError::unsupported(name, value, supported).into()
 }
 
 impl HfDecoderConfig {
@@ -310,7 +316,11 @@ impl HfDecoderConfig {
 
 fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
     if c.scale_attn_by_inverse_layer_idx {
-        return Err(unsupported("scale_attn_by_inverse_layer_idx = true".into()));
+        return Err(unsupported(
+            "scale_attn_by_inverse_layer_idx",
+            true,
+            "only false is",
+        ));
     }
     Ok(
         DecoderConfig::new(c.vocab_size, c.n_embd, c.n_layer, c.n_head, c.n_positions)
@@ -336,10 +346,11 @@ pub(crate) fn rope_theta(
     if let Some(p) = parameters
         && !default(p.rope_type.as_ref())
     {
-        return Err(unsupported(format!(
-            "rope_parameters.rope_type {:?} (only \"default\" RoPE is implemented)",
-            p.rope_type.as_deref().unwrap_or_default()
-        )));
+        return Err(unsupported(
+            "rope_parameters.rope_type",
+            format!("{:?}", p.rope_type.as_deref().unwrap_or_default()),
+            "only \"default\" RoPE is",
+        ));
     }
     if let Some(s) = scaling.filter(|s| !s.is_null()) {
         let kind = s
@@ -348,7 +359,7 @@ pub(crate) fn rope_theta(
             .and_then(Value::as_str)
             .map(String::from);
         if !default(kind.as_ref()) {
-            return Err(unsupported(format!("rope_scaling {s}")));
+            return Err(unsupported("rope_scaling", s, "only the default RoPE is"));
         }
     }
     Ok(parameters
@@ -367,9 +378,11 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
         HiddenAct::Silu => FfnActivation::SwiGlu,
         HiddenAct::GeluTanh => FfnActivation::GeGlu,
         other => {
-            return Err(unsupported(format!(
-                "hidden_act {other:?} in a gated MLP (silu and gelu_pytorch_tanh are implemented)"
-            )));
+            return Err(unsupported(
+                "hidden_act",
+                format!("{other:?}"),
+                "a gated MLP takes silu or gelu_pytorch_tanh",
+            ));
         }
     };
     let window = match c.model_type.as_str() {
@@ -378,9 +391,11 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
             let layers = c.other.get("layer_types").and_then(Value::as_array);
             let mixed = layers.is_some_and(|l| l.iter().any(|t| t != "sliding_attention"));
             if mixed {
-                return Err(unsupported(
-                    "use_sliding_window with full-attention layers among sliding ones".into(),
-                ));
+                return Err(ConfigError::conflict(
+                    "use_sliding_window with full-attention layers among sliding ones is not \
+                     supported",
+                )
+                .into());
             }
             c.sliding_window
         }
@@ -475,7 +490,7 @@ impl DecoderLm {
             && want.tie_embeddings == self.lm_head.is_tied()
             && want.sliding_window == self.sliding_window();
         if !fits {
-            return Err(DecoderError::Config(format!(
+            return Err(ConfigError::conflict(format!(
                 "the {} config does not describe this model (vocab_size {}, max_len {}, {} layers, \
                  tied head {}, sliding window {:?})",
                 config.model_type(),
@@ -484,7 +499,8 @@ impl DecoderLm {
                 self.layers.len(),
                 self.lm_head.is_tied(),
                 self.sliding_window()
-            )));
+            ))
+            .into());
         }
         let (map, arch) = (config.key_map(), config.architecture());
         let model_type = config.model_type();

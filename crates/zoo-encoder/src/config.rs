@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 pub use zoo_attention::HiddenAct;
 
-use crate::error::{EncoderError, Result};
+use zoo_core::ConfigError;
+
+use crate::error::Result;
 
 fn default_act() -> HiddenAct {
     HiddenAct::Gelu
@@ -125,8 +127,7 @@ impl BertConfig {
     /// # Errors
     /// JSON that does not parse or lacks a size, or values [`Self::validate`] rejects.
     pub fn from_json(text: &str) -> Result<Self> {
-        let cfg: Self =
-            serde_json::from_str(text).map_err(|e| EncoderError::Config(e.to_string()))?;
+        let cfg: Self = serde_json::from_str(text).map_err(ConfigError::malformed)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -138,7 +139,7 @@ impl BertConfig {
     /// non-positive epsilon or a dropout outside `[0, 1)`, each naming the value.
     pub fn validate(&self) -> Result<()> {
         use zoo_core::validate;
-        let checks = || -> std::result::Result<(), String> {
+        let checks = || -> validate::Result {
             validate::positive(&[
                 ("vocab_size", self.vocab_size),
                 ("hidden_size", self.hidden_size),
@@ -149,9 +150,10 @@ impl BertConfig {
                 ("type_vocab_size", self.type_vocab_size),
             ])?;
             if self.position_embedding_type != "absolute" {
-                return Err(format!(
-                    "position_embedding_type {:?} is not supported (only \"absolute\")",
-                    self.position_embedding_type
+                return Err(ConfigError::unsupported(
+                    "position_embedding_type",
+                    format!("{:?}", self.position_embedding_type),
+                    "only \"absolute\"",
                 ));
             }
             let layout = crate::pretrained::layout(self.model_type.as_deref());
@@ -161,19 +163,20 @@ impl BertConfig {
                 ("num_attention_heads", self.num_attention_heads),
             )?;
             if self.pad_token_id >= self.vocab_size {
-                return Err(format!(
-                    "pad_token_id {} is out of range for vocab_size {}",
-                    self.pad_token_id, self.vocab_size
+                return Err(ConfigError::range(
+                    "pad_token_id",
+                    format!("< vocab_size {}", self.vocab_size),
+                    self.pad_token_id,
                 ));
             }
             if layout.positions == crate::model::PositionIds::AfterPadding
                 && self.pad_token_id + 1 >= self.max_position_embeddings
             {
-                return Err(format!(
+                return Err(ConfigError::conflict(format!(
                     "max_position_embeddings {} leaves no position for a token: positions \
                      start after pad_token_id {}",
                     self.max_position_embeddings, self.pad_token_id
-                ));
+                )));
             }
             validate::bert_style(
                 self.layer_norm_eps,
@@ -182,7 +185,7 @@ impl BertConfig {
                 self.id2label.as_ref(),
             )
         };
-        checks().map_err(EncoderError::Config)
+        Ok(checks()?)
     }
 
     /// The class names of a classification checkpoint, in class order (empty without
@@ -245,7 +248,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "invalid BERT config: pad_token_id 30522 is out of range for vocab_size 30522"
+            "invalid BERT config: pad_token_id must be < vocab_size 30522, got 30522"
         );
         let e = BertConfig::from_json(&MINILM.replace("\"gelu\"", "\"tanh\"")).unwrap_err();
         assert!(e.to_string().contains("unknown variant `tanh`"), "{e}");

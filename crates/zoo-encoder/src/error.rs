@@ -8,7 +8,7 @@ use zoo_attention::AttentionError;
 pub enum EncoderError {
     /// A configuration value that cannot work, or a `config.json` that does not parse.
     #[error("invalid BERT config: {0}")]
-    Config(String),
+    Config(#[from] zoo_core::ConfigError),
     /// An input that does not fit the model.
     #[error("{0}")]
     Input(String),

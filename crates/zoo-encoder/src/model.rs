@@ -524,7 +524,7 @@ fn classifier_head(
     device: &Device,
 ) -> Result<(Dropout, Linear)> {
     if num_labels == 0 {
-        return Err(EncoderError::Config("num_labels must be > 0, got 0".into()));
+        return Err(zoo_core::ConfigError::zero("num_labels").into());
     }
     Ok((
         DropoutConfig::new(cfg.hidden_dropout_prob).init(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bool, Device, Tensor};
 use serde::Deserialize;
-use zoo_core::CheckpointError;
+use zoo_core::{CheckpointError, ConfigError};
 
 use crate::error::{EncoderError, Result};
 use crate::model::{BertModel, mean_pool};
@@ -78,7 +78,7 @@ impl PoolingConfig {
                 PoolingModes::Many(names) => names.as_slice(),
             };
             if names.is_empty() {
-                return Err(EncoderError::Config("no pooling mode is on".into()));
+                return Err(ConfigError::conflict("no pooling mode is on").into());
             }
             return names
                 .iter()
@@ -87,10 +87,12 @@ impl PoolingConfig {
                     "max" => Ok(Pooling::Max),
                     "mean" => Ok(Pooling::Mean),
                     "mean_sqrt_len_tokens" => Ok(Pooling::MeanSqrtLen),
-                    other => Err(EncoderError::Config(format!(
-                        "pooling mode {other:?} is not supported (cls, max, mean and \
-                         mean_sqrt_len_tokens are)"
-                    ))),
+                    other => Err(ConfigError::unsupported(
+                        "pooling mode",
+                        format!("{other:?}"),
+                        "cls, max, mean and mean_sqrt_len_tokens are",
+                    )
+                    .into()),
                 })
                 .collect();
         }
@@ -99,9 +101,12 @@ impl PoolingConfig {
             (self.pooling_mode_lasttoken, "lasttoken"),
         ] {
             if on {
-                return Err(EncoderError::Config(format!(
-                    "pooling mode {name} is not supported (cls_token, max_tokens, mean_tokens and mean_sqrt_len_tokens are)"
-                )));
+                return Err(ConfigError::unsupported(
+                    "pooling mode",
+                    name,
+                    "cls_token, max_tokens, mean_tokens and mean_sqrt_len_tokens are",
+                )
+                .into());
             }
         }
         let modes: Vec<Pooling> = [
@@ -114,7 +119,7 @@ impl PoolingConfig {
         .filter_map(|(on, mode)| on.then_some(mode))
         .collect();
         if modes.is_empty() {
-            return Err(EncoderError::Config("no pooling mode is on".into()));
+            return Err(ConfigError::conflict("no pooling mode is on").into());
         }
         Ok(modes)
     }

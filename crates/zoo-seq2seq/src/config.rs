@@ -6,13 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use zoo_attention::{FfnActivation, HiddenAct};
 pub use zoo_core::checkpoint::TokenIds;
-use zoo_core::validate;
+use zoo_core::{ConfigError, validate};
 
-use crate::error::{Result, Seq2SeqError};
-
-fn bad(message: String) -> Seq2SeqError {
-    Seq2SeqError::Config(message)
-}
+use crate::error::Result;
 
 fn yes() -> bool {
     true
@@ -105,9 +101,12 @@ impl T5Config {
         match self.feed_forward_proj.as_str() {
             "relu" => Ok(FfnActivation::Relu),
             "gated-gelu" => Ok(FfnActivation::GeGlu),
-            other => Err(bad(format!(
-                "feed_forward_proj {other:?} is not supported (relu and gated-gelu are)"
-            ))),
+            other => Err(ConfigError::unsupported(
+                "feed_forward_proj",
+                format!("{other:?}"),
+                "relu and gated-gelu are",
+            )
+            .into()),
         }
     }
 
@@ -142,9 +141,8 @@ impl T5Config {
             ("num_decoder_layers", self.decoder_layers()),
             ("num_heads", self.num_heads),
             ("n_positions", self.n_positions),
-        ])
-        .map_err(bad)?;
-        validate::epsilon("layer_norm_epsilon", self.layer_norm_epsilon).map_err(bad)?;
+        ])?;
+        validate::epsilon("layer_norm_epsilon", self.layer_norm_epsilon)?;
         self.activation()?;
         zoo_attention::position::check_bucket_settings(
             self.relative_attention_num_buckets,
@@ -169,9 +167,7 @@ fn check_tokens(vocab: usize, named: &[(&str, usize)], eos: &[usize]) -> Result<
         .chain(eos.iter().map(|&e| ("eos_token_id", e)))
     {
         if id >= vocab {
-            return Err(bad(format!(
-                "{name} {id} is out of range for vocab_size {vocab}"
-            )));
+            return Err(ConfigError::range(name, format!("< vocab_size {vocab}"), id).into());
         }
     }
     Ok(())
@@ -339,30 +335,32 @@ impl MarianConfig {
             ("encoder_ffn_dim", self.encoder_ffn_dim),
             ("decoder_ffn_dim", self.decoder_ffn_dim),
             ("max_position_embeddings", self.max_position_embeddings),
-        ])
-        .map_err(bad)?;
+        ])?;
         for heads in [
             ("encoder_attention_heads", self.encoder_attention_heads),
             ("decoder_attention_heads", self.decoder_attention_heads),
         ] {
-            validate::divisible(("d_model", self.d_model), heads).map_err(bad)?;
+            validate::divisible(("d_model", self.d_model), heads)?;
         }
         validate::probabilities(&[
             ("dropout", self.dropout),
             ("attention_dropout", self.attention_dropout),
-        ])
-        .map_err(bad)?;
+        ])?;
         if let Some(v) = self.decoder_vocab_size.filter(|v| *v != self.vocab_size) {
-            return Err(bad(format!(
+            return Err(ConfigError::conflict(format!(
                 "decoder_vocab_size {v} differs from vocab_size {}: separate target \
                  vocabularies are not supported",
                 self.vocab_size
-            )));
+            ))
+            .into());
         }
         if !self.share_encoder_decoder_embeddings {
-            return Err(bad(
-                "share_encoder_decoder_embeddings = false is not supported".into(),
-            ));
+            return Err(ConfigError::unsupported(
+                "share_encoder_decoder_embeddings",
+                false,
+                "only shared embeddings are",
+            )
+            .into());
         }
         let mut named = vec![
             ("pad_token_id", self.pad_token_id),
@@ -425,7 +423,7 @@ mod tests {
             c.validate()
                 .unwrap_err()
                 .to_string()
-                .ends_with("pad_token_id 100 is out of range for vocab_size 100")
+                .ends_with("pad_token_id must be < vocab_size 100, got 100")
         );
         let mut m = MarianConfig::transformer(50, 30, 2, 4, 64, 32, 0, 1);
         assert_eq!(

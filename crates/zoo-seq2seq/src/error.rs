@@ -8,7 +8,7 @@ use zoo_attention::AttentionError;
 pub enum Seq2SeqError {
     /// A configuration value that cannot work.
     #[error("invalid encoder-decoder config: {0}")]
-    Config(String),
+    Config(#[from] zoo_core::ConfigError),
     /// Input the model cannot take: an empty source, an id past the vocabulary, a
     /// sequence too long, masks of another shape.
     #[error("{0}")]

@@ -32,7 +32,7 @@ use zoo_core::checkpoint::{self, KeyMap};
 use zoo_core::validate;
 
 use crate::config::{MarianConfig, T5Config};
-use crate::error::{Result, Seq2SeqError};
+use crate::error::Result;
 use crate::marian::MarianMtModel;
 use crate::t5::T5ForConditionalGeneration;
 
@@ -161,7 +161,7 @@ impl T5ForConditionalGeneration {
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
         let cfg: T5Config = checkpoint::read_valid_config(dir, |c: &T5Config| {
-            validate::model_type(model_type(&c.other), "t5", "T5").map_err(Seq2SeqError::Config)?;
+            validate::model_type(model_type(&c.other), "t5", "T5")?;
             c.validate()
         })?;
         let mut model = cfg.init(device)?;
@@ -194,8 +194,7 @@ impl MarianMtModel {
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
         let cfg: MarianConfig = checkpoint::read_valid_config(dir, |c: &MarianConfig| {
-            validate::model_type(model_type(&c.other), "marian", "Marian")
-                .map_err(Seq2SeqError::Config)?;
+            validate::model_type(model_type(&c.other), "marian", "Marian")?;
             c.validate()
         })?;
         let mut model = cfg.init(device)?;

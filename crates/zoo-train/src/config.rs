@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use zoo_core::{ConfigError, validate};
+
 use crate::error::{Result, TrainError, io_err, write_atomic};
 
 /// How training is spread over devices (passed through to burn-train).
@@ -203,22 +205,22 @@ impl TrainConfig {
     /// long as the run; a `grad_clip` that is not positive; or a multi-device strategy
     /// with fewer than 2 devices named.
     pub fn validate(&self, train_len: usize) -> Result<()> {
-        let bad = |m: String| Err(TrainError::Config(m));
+        let bad = |m: String| Err(ConfigError::conflict(m).into());
         let length = match self.length {
             RunLength::Epochs(e) => vec![("epochs", e)],
             RunLength::Steps { steps, eval_every } => {
                 vec![("steps", steps), ("eval_every", eval_every)]
             }
         };
-        for (name, v) in length.into_iter().chain([
-            ("batch_size", self.batch_size),
-            ("grad_accumulation", self.grad_accumulation),
-            ("keep_checkpoints", self.keep_checkpoints),
-        ]) {
-            if v == 0 {
-                return bad(format!("{name} must be > 0, got 0"));
-            }
-        }
+        let sizes: Vec<_> = length
+            .into_iter()
+            .chain([
+                ("batch_size", self.batch_size),
+                ("grad_accumulation", self.grad_accumulation),
+                ("keep_checkpoints", self.keep_checkpoints),
+            ])
+            .collect();
+        validate::positive(&sizes)?;
         if let RunLength::Steps { steps, eval_every } = self.length
             && !steps.is_multiple_of(eval_every)
         {
@@ -227,19 +229,20 @@ impl TrainConfig {
             ));
         }
         if !self.lr.is_finite() || self.lr <= 0.0 {
-            return bad(format!("lr must be finite and > 0, got {}", self.lr));
+            return Err(ConfigError::range("lr", "finite and > 0", self.lr).into());
         }
         if self.min_lr.is_nan() || self.min_lr < 0.0 || self.min_lr > self.lr {
-            return bad(format!(
-                "min_lr must be in [0, lr = {}], got {}",
-                self.lr, self.min_lr
-            ));
+            return Err(ConfigError::range(
+                "min_lr",
+                format!("in [0, lr = {}]", self.lr),
+                self.min_lr,
+            )
+            .into());
         }
-        for (name, b) in [("beta1", self.betas.0), ("beta2", self.betas.1)] {
-            if !(0.0..1.0).contains(&b) {
-                return bad(format!("{name} must be in [0, 1), got {b}"));
-            }
-        }
+        validate::probabilities(&[
+            ("beta1", f64::from(self.betas.0)),
+            ("beta2", f64::from(self.betas.1)),
+        ])?;
         if train_len == 0 {
             return bad("the training set is empty".into());
         }
@@ -251,7 +254,7 @@ impl TrainConfig {
             ));
         }
         if let Some(c) = self.grad_clip.filter(|c| c.is_nan() || *c <= 0.0) {
-            return bad(format!("grad_clip must be > 0, got {c}"));
+            return Err(ConfigError::range("grad_clip", "> 0", c).into());
         }
         if self.strategy != Strategy::SingleDevice && self.devices.len() < 2 {
             return bad(format!(
@@ -271,7 +274,7 @@ impl TrainConfig {
     /// An empty list, an unknown or repeated name, a backend not compiled in, or no device.
     pub fn select_devices(&self) -> Result<Vec<burn::tensor::Device>> {
         zoo_device::select_all(&self.devices.join(","))
-            .map_err(|e| TrainError::Config(e.to_string()))
+            .map_err(|e| ConfigError::malformed(e).into())
     }
 
     /// The settings a resumed run must share with the run it continues, as

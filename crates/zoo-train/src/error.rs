@@ -8,7 +8,7 @@ use std::path::PathBuf;
 pub enum TrainError {
     /// A configuration value that cannot work.
     #[error("invalid train config: {0}")]
-    Config(String),
+    Config(#[from] zoo_core::ConfigError),
     /// The loss became NaN or infinite; the model kept is the last one before that step.
     #[error(
         "loss is {value} at epoch {epoch}, batch {batch}; training stopped, the last good weights are kept"
@@ -59,6 +59,13 @@ pub enum TrainError {
     /// would be incomplete.
     #[error("missing metrics: {0}")]
     MissingMetrics(String),
+}
+
+impl TrainError {
+    /// Settings that cannot be used together, in a sentence.
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        Self::Config(zoo_core::ConfigError::conflict(message))
+    }
 }
 
 /// Shorthand for results of this crate.

@@ -172,7 +172,7 @@ fn check_resume(cfg: &TrainConfig, train_len: usize) -> Result<()> {
         }
         let conflicts = cfg.resume_conflicts(&previous);
         if !conflicts.is_empty() {
-            return Err(TrainError::Config(format!(
+            return Err(TrainError::config(format!(
                 "cannot resume the run in {}: it was started with other settings ({}); \
                  resume with its config.json, or start a new run",
                 dir.display(),
@@ -186,7 +186,7 @@ fn check_resume(cfg: &TrainConfig, train_len: usize) -> Result<()> {
             .map_err(|e| TrainError::Format(format!("{}: {e}", path.display())))?;
         let before = saved["train_examples"].as_u64();
         if before != Some(train_len as u64) {
-            return Err(TrainError::Config(format!(
+            return Err(TrainError::config(format!(
                 "cannot resume the run in {}: it was started on {} training examples, now {train_len}; \
                  the batches would differ",
                 dir.display(),
@@ -250,7 +250,7 @@ fn recorded_devices(cfg: &TrainConfig, devices: &[Device]) -> Result<Vec<String>
         Strategy::MultiDevice | Strategy::DistributedDataParallel => devices,
     };
     if cfg.devices.len() < used.len() {
-        return Err(TrainError::Config(format!(
+        return Err(TrainError::config(format!(
             "fit trains on {} device(s) but the config names {} ({:?}); name each device \
              passed to fit in TrainConfig::devices",
             used.len(),
@@ -262,9 +262,9 @@ fn recorded_devices(cfg: &TrainConfig, devices: &[Device]) -> Result<Vec<String>
         .zip(&cfg.devices)
         .map(|(device, name)| {
             let named = zoo_device::select_by_name(name)
-                .map_err(|e| TrainError::Config(format!("the config's device '{name}': {e}")))?;
+                .map_err(|e| TrainError::config(format!("the config's device '{name}': {e}")))?;
             if named != *device {
-                return Err(TrainError::Config(format!(
+                return Err(TrainError::config(format!(
                     "the config names device '{name}' but fit was given {device:?}; name the \
                      devices passed to fit in TrainConfig::devices, so that config.json \
                      records where the run trained"
@@ -339,17 +339,17 @@ where
 {
     cfg.validate(train.len())?;
     if valid.is_empty() {
-        return Err(TrainError::Config("the validation set is empty".into()));
+        return Err(TrainError::config("the validation set is empty"));
     }
     let device = devices
         .first()
-        .ok_or_else(|| TrainError::Config("no device given".into()))?
+        .ok_or_else(|| TrainError::config("no device given"))?
         .clone();
     let strategy = match cfg.strategy {
         Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
         Strategy::MultiDevice | Strategy::DistributedDataParallel => {
             if devices.len() != cfg.devices.len() {
-                return Err(TrainError::Config(format!(
+                return Err(TrainError::config(format!(
                     "the config names {} devices ({}) but fit was given {}",
                     cfg.devices.len(),
                     cfg.devices.join(", "),
@@ -359,7 +359,7 @@ where
             if cfg.strategy == Strategy::DistributedDataParallel
                 && let Some(d) = devices.iter().find(|d| !zoo_device::has_collectives(d))
             {
-                return Err(TrainError::Config(format!(
+                return Err(TrainError::config(format!(
                     "the DistributedDataParallel strategy needs CUDA devices (Burn 0.22.1 \
                      implements its all-reduce only there), got {d:?}; use MultiDevice"
                 )));
@@ -380,7 +380,7 @@ where
     let used_devices = recorded_devices(cfg, devices)?;
     let dir = cfg.artifact_dir.clone();
     if options.resume && cfg.overwrite {
-        return Err(TrainError::Config(format!(
+        return Err(TrainError::config(format!(
             "both resume and overwrite are set for the run in {}: choose one",
             dir.display()
         )));

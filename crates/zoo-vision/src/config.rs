@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 pub use zoo_attention::HiddenAct;
 
-use crate::error::{Result, VisionError};
+use zoo_core::ConfigError;
+
+use crate::error::Result;
 
 /// What the classification head reads from the encoder's output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,8 +156,7 @@ impl ViTConfig {
     /// # Errors
     /// JSON that does not parse or lacks a size, or values [`Self::validate`] rejects.
     pub fn from_json(text: &str) -> Result<Self> {
-        let cfg: Self =
-            serde_json::from_str(text).map_err(|e| VisionError::Config(e.to_string()))?;
+        let cfg: Self = serde_json::from_str(text).map_err(ConfigError::malformed)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -177,7 +178,7 @@ impl ViTConfig {
     /// divide, a non-positive epsilon or a dropout outside `[0, 1)`, each naming the value.
     pub fn validate(&self) -> Result<()> {
         use zoo_core::validate;
-        let checks = || -> std::result::Result<(), String> {
+        let checks = || -> validate::Result {
             validate::positive(&[
                 ("hidden_size", self.hidden_size),
                 ("num_hidden_layers", self.num_hidden_layers),
@@ -198,9 +199,10 @@ impl ViTConfig {
                 ("patch_size", self.patch_size),
             )?;
             if self.pooler_act != "tanh" {
-                return Err(format!(
-                    "pooler_act {:?} is not supported (only \"tanh\")",
-                    self.pooler_act
+                return Err(ConfigError::unsupported(
+                    "pooler_act",
+                    format!("{:?}", self.pooler_act),
+                    "only \"tanh\"",
                 ));
             }
             validate::bert_style(
@@ -210,7 +212,7 @@ impl ViTConfig {
                 self.id2label.as_ref(),
             )
         };
-        checks().map_err(VisionError::Config)
+        Ok(checks()?)
     }
 
     /// The class names of a classification checkpoint, in class order (empty without

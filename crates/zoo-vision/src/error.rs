@@ -8,7 +8,7 @@ use zoo_attention::AttentionError;
 pub enum VisionError {
     /// A configuration value that cannot work, or a `config.json` that does not parse.
     #[error("invalid ViT config: {0}")]
-    Config(String),
+    Config(#[from] zoo_core::ConfigError),
     /// An input that does not fit the model: a wrong channel count, an image size the
     /// patches do not tile.
     #[error("{0}")]

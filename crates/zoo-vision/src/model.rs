@@ -308,7 +308,7 @@ impl ViTForImageClassification {
     /// See [`ViTConfig::validate`], and zero labels.
     pub fn new(cfg: &ViTConfig, num_labels: usize, device: &Device) -> Result<Self> {
         if num_labels == 0 {
-            return Err(VisionError::Config("num_labels must be > 0, got 0".into()));
+            return Err(zoo_core::ConfigError::zero("num_labels").into());
         }
         Ok(Self {
             vit: cfg.init(false, device)?,

@@ -20,6 +20,7 @@ use burn::config::Config;
 use burn::nn::{DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
 use serde::{Deserialize, Serialize};
+use zoo_core::ConfigError;
 
 use crate::error::{AttentionError, Result};
 use crate::mask::Mask;
@@ -171,69 +172,64 @@ impl MultiHeadAttentionConfig {
     /// with a window or a bias.
     pub fn validate(&self) -> Result<()> {
         if self.d_model == 0 {
-            return Err(AttentionError::Zero { name: "d_model" });
+            return Err(ConfigError::zero("d_model").into());
         }
         if self.n_heads == 0 {
-            return Err(AttentionError::Zero { name: "n_heads" });
+            return Err(ConfigError::zero("n_heads").into());
         }
         match self.head_dim {
-            Some(0) => return Err(AttentionError::Zero { name: "head_dim" }),
+            Some(0) => return Err(ConfigError::zero("head_dim").into()),
             Some(_) => {}
             None if !self.d_model.is_multiple_of(self.n_heads) => {
-                return Err(AttentionError::HeadsDoNotDivideModel {
-                    d_model: self.d_model,
-                    n_heads: self.n_heads,
-                });
+                return Err(ConfigError::not_divisible(
+                    ("d_model", self.d_model),
+                    ("n_heads", self.n_heads),
+                )
+                .into());
             }
             None => {}
         }
         let kv = self.kv_heads();
         if kv == 0 {
-            return Err(AttentionError::Zero { name: "n_kv_heads" });
+            return Err(ConfigError::zero("n_kv_heads").into());
         }
         if !self.n_heads.is_multiple_of(kv) {
-            return Err(AttentionError::KvHeadsDoNotDivideHeads {
-                n_heads: self.n_heads,
-                n_kv_heads: kv,
-            });
+            return Err(
+                ConfigError::not_divisible(("n_heads", self.n_heads), ("n_kv_heads", kv)).into(),
+            );
         }
         if self.rope_max_len.is_some() && !self.head_dim().is_multiple_of(2) {
-            return Err(AttentionError::OddRopeDim {
-                head_dim: self.head_dim(),
-            });
+            return Err(ConfigError::range(
+                "head_dim",
+                "even for rotary embeddings",
+                self.head_dim(),
+            )
+            .into());
         }
         if self.rope_max_len == Some(0) {
-            return Err(AttentionError::Zero {
-                name: "rope_max_len",
-            });
+            return Err(ConfigError::zero("rope_max_len").into());
         }
         if self.window == Some(0) {
-            return Err(AttentionError::Zero { name: "window" });
+            return Err(ConfigError::zero("window").into());
         }
         if self.window.is_none() && !self.global_tokens.is_empty() {
-            return Err(AttentionError::Unsupported(
-                "global_tokens only mean something with a window".into(),
-            ));
+            return Err(
+                ConfigError::conflict("global_tokens only mean something with a window").into(),
+            );
         }
         if let Some(scale) = self.scale
             && !(scale.is_finite() && scale > 0.0)
         {
-            return Err(AttentionError::OutOfRange {
-                name: "scale",
-                bound: "finite and > 0",
-                value: scale.to_string(),
-            });
+            return Err(ConfigError::range("scale", "finite and > 0", scale.to_string()).into());
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return Err(AttentionError::BadProbability {
-                name: "dropout",
-                value: self.dropout,
-            });
+            return Err(ConfigError::probability("dropout", self.dropout).into());
         }
         if self.fused_qkv && self.d_context.is_some() {
-            return Err(AttentionError::Unsupported(
-                "fused_qkv projects one input and cannot take a separate d_context".into(),
-            ));
+            return Err(ConfigError::conflict(
+                "fused_qkv projects one input and cannot take a separate d_context",
+            )
+            .into());
         }
         if let PositionBias::T5 {
             num_buckets,
@@ -245,21 +241,18 @@ impl MultiHeadAttentionConfig {
         }
         match self.kernel {
             AttentionKernel::Chunked { block_q, block_k } if block_q == 0 || block_k == 0 => {
-                return Err(AttentionError::Zero {
-                    name: "kernel block size",
-                });
+                return Err(ConfigError::zero("kernel block size").into());
             }
             AttentionKernel::Linear { chunk: 0 } => {
-                return Err(AttentionError::Zero {
-                    name: "linear kernel chunk",
-                });
+                return Err(ConfigError::zero("linear kernel chunk").into());
             }
             AttentionKernel::Linear { .. }
                 if self.window.is_some() || self.position_bias != PositionBias::None =>
             {
-                return Err(AttentionError::Unsupported(
-                    "the linear kernel takes no window and no position bias".into(),
-                ));
+                return Err(ConfigError::conflict(
+                    "the linear kernel takes no window and no position bias",
+                )
+                .into());
             }
             _ => {}
         }
@@ -293,11 +286,12 @@ impl MultiHeadAttentionConfig {
     pub fn init(&self, device: &Device) -> Result<SelfAttention> {
         self.validate()?;
         if let Some(d_context) = self.d_context {
-            return Err(AttentionError::Unsupported(format!(
+            return Err(ConfigError::conflict(format!(
                 "d_context {d_context} is the width of a cross-attention's context; \
                  self-attention reads d_model {} (use init_cross)",
                 self.d_model
-            )));
+            ))
+            .into());
         }
         let (d, h, kv, hd) = (self.d_model, self.n_heads, self.kv_heads(), self.head_dim());
         let rope = match self.rope_max_len {
@@ -366,9 +360,10 @@ impl MultiHeadAttentionConfig {
             ("window", self.window.is_some()),
         ];
         if let Some((name, _)) = self_only.iter().find(|(_, set)| *set) {
-            return Err(AttentionError::Unsupported(format!(
+            return Err(ConfigError::conflict(format!(
                 "{name} is a self-attention setting; cross-attention cannot use it"
-            )));
+            ))
+            .into());
         }
         let (d, h, kv, hd) = (self.d_model, self.n_heads, self.kv_heads(), self.head_dim());
         let d_ctx = self.d_context.unwrap_or(d);

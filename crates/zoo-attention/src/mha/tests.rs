@@ -64,7 +64,7 @@ fn config_errors_name_the_values() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "rotary embeddings need an even head dimension, got 3"
+        "head_dim must be even for rotary embeddings, got 3"
     );
     let e = MultiHeadAttentionConfig::new(16, 4)
         .with_window(Some(0))

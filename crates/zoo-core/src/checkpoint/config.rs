@@ -109,7 +109,9 @@ pub fn labels(id2label: Option<&BTreeMap<String, String>>) -> Vec<String> {
 ///
 /// # Errors
 /// A key that is not a class index below the number of entries, named.
-pub fn class_names(id2label: &BTreeMap<String, String>) -> Result<Vec<String>, String> {
+pub fn class_names(
+    id2label: &BTreeMap<String, String>,
+) -> Result<Vec<String>, crate::validate::ConfigError> {
     let mut out = vec![None; id2label.len()];
     for (key, name) in id2label {
         let index = key
@@ -117,10 +119,10 @@ pub fn class_names(id2label: &BTreeMap<String, String>) -> Result<Vec<String>, S
             .ok()
             .filter(|i| *i < id2label.len())
             .ok_or_else(|| {
-                format!(
+                crate::validate::ConfigError::conflict(format!(
                     "id2label key {key:?} is not a class index below {}",
                     id2label.len()
-                )
+                ))
             })?;
         out[index] = Some(name.clone());
     }

@@ -120,7 +120,7 @@ fn a_sequence_longer_than_the_positions_is_named() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "sequence of 9 tokens does not fit max_position_embeddings 8"
+        "sequence of 9 tokens is longer than max_position_embeddings 8"
     );
     let gpt = DecoderConfig::new(20, 16, 1, 4, 8)
         .init(&zoo_device::test_device())
@@ -149,7 +149,7 @@ fn a_padding_id_outside_the_vocabulary_is_named() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "token id 40 is out of range for vocab_size 40"
+        "token id 40 at batch row 0, position 1 is out of range for vocab_size 40"
     );
 }
 

@@ -745,7 +745,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             fwd(bert, &t("bert-long.json")),
-            "sequence of 30 tokens does not fit max_position_embeddings".into(),
+            "sequence of 30 tokens is longer than max_position_embeddings".into(),
         ),
         (
             fwd(vit, &t("grey.json")),

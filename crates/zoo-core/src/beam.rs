@@ -586,14 +586,11 @@ mod tests {
         let e = beam_search(&m, &[vec![2]], &BeamConfig::new(0, 4)).unwrap_err();
         assert_eq!(e.to_string(), "generation: num_beams must be >= 1, got 0");
         let e = beam_search(&m, &[vec![]], &BeamConfig::new(2, 4)).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "generation: every prompt needs at least one token"
-        );
+        assert_eq!(e.to_string(), "prompt 0 is empty");
         let e = beam_search(&m, &[vec![3]], &BeamConfig::new(2, 4)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "token id 3 in prompt 0 is out of range for vocab_size 3"
+            "token id 3 at batch row 0, position 0 is out of range for vocab_size 3"
         );
     }
 

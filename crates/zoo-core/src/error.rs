@@ -30,24 +30,10 @@ pub enum CoreError {
     /// Bad generation settings or prompts.
     #[error("generation: {0}")]
     Generation(String),
-    /// A token id outside the model's vocabulary.
-    #[error("token id {id} in prompt {row} is out of range for vocab_size {vocab_size}")]
-    TokenOutOfRange {
-        /// The id.
-        id: usize,
-        /// The prompt it is in.
-        row: usize,
-        /// The vocabulary size.
-        vocab_size: usize,
-    },
-    /// A prompt longer than the model's positions.
-    #[error("sequence of {len} tokens is longer than max_len {max_len}")]
-    TooLong {
-        /// Its length.
-        len: usize,
-        /// The model's maximum.
-        max_len: usize,
-    },
+    /// Prompts the model cannot take: empty, too long, or with an id outside its
+    /// vocabulary.
+    #[error(transparent)]
+    Tokens(#[from] crate::tokens::TokenError),
     /// The model failed.
     #[error(transparent)]
     Model(#[from] ModelError),

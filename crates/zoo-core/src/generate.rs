@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::error::CoreError;
 use crate::model::{CausalLm, DecodeStep};
+use crate::tokens::TokenLimits;
 
 /// How to pick the next tokens.
 #[derive(Debug, Clone, PartialEq)]
@@ -251,33 +252,12 @@ pub(crate) fn check_ids(
     vocab_size: usize,
     max_len: usize,
 ) -> Result<(), CoreError> {
-    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
-        return Err(CoreError::Generation(
-            "every prompt needs at least one token".into(),
-        ));
-    }
     if pad_id >= vocab_size {
         return Err(CoreError::Generation(format!(
             "pad_id {pad_id} is out of range for vocab_size {vocab_size}"
         )));
     }
-    for (row, prompt) in prompts.iter().enumerate() {
-        if let Some(&id) = prompt.iter().find(|&&id| id >= vocab_size) {
-            return Err(CoreError::TokenOutOfRange {
-                id,
-                row,
-                vocab_size,
-            });
-        }
-    }
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    if longest > max_len {
-        return Err(CoreError::TooLong {
-            len: longest,
-            max_len,
-        });
-    }
-    Ok(())
+    Ok(TokenLimits::new(vocab_size, max_len).check_rows("prompt", prompts)?)
 }
 
 /// Generates continuations of `prompts`, calling `on_token(row, token)` for each new
@@ -502,15 +482,12 @@ mod tests {
         let g = GenerationConfig::greedy(1);
         assert_eq!(
             run(&[vec![1; 17]], &g),
-            "sequence of 17 tokens is longer than max_len 16"
+            "prompt of 17 tokens is longer than max_len 16"
         );
-        assert_eq!(
-            run(&[vec![]], &g),
-            "generation: every prompt needs at least one token"
-        );
+        assert_eq!(run(&[vec![]], &g), "prompt 0 is empty");
         assert_eq!(
             run(&[vec![1], vec![2, 5]], &g),
-            "token id 5 in prompt 1 is out of range for vocab_size 5"
+            "token id 5 at batch row 1, position 1 is out of range for vocab_size 5"
         );
         let p = GenerationConfig::sampling(1, 1.0, 0).with_top_p(1.5);
         assert_eq!(

@@ -8,11 +8,19 @@ use burn::tensor::{Int, Tensor};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenError {
-    /// No rows, or rows without a token.
-    #[error("the {what} is empty")]
+    /// No rows at all.
+    #[error("the {what} batch is empty")]
     Empty {
         /// Which input (`input`, `source`, `decoder input`, `prompt`).
         what: &'static str,
+    },
+    /// A row without a token.
+    #[error("{what} {row} is empty")]
+    EmptyRow {
+        /// Which input.
+        what: &'static str,
+        /// The row.
+        row: usize,
     },
     /// Rows of different lengths where the model takes a matrix.
     #[error("{what} rows must be of equal length, got lengths {lengths:?}")]
@@ -37,11 +45,13 @@ pub enum TokenError {
     /// An id outside the vocabulary, negative ones included.
     #[error(
         "{what} id {id} at batch row {row}, position {position} is out of range for \
-         vocab_size {vocab_size}"
+         {vocab} {vocab_size}"
     )]
     OutOfRange {
         /// Which ids (`token`, `token type`).
         what: &'static str,
+        /// The config field that holds the vocabulary size (`vocab_size`).
+        vocab: &'static str,
         /// The id.
         id: i64,
         /// Its row.
@@ -81,6 +91,8 @@ pub struct TokenLimits {
     pub max_len: usize,
     /// The config field that holds `max_len`, named in the error.
     pub limit: &'static str,
+    /// The config field that holds `vocab_size`, named in the error.
+    pub vocab: &'static str,
 }
 
 impl TokenLimits {
@@ -90,7 +102,15 @@ impl TokenLimits {
             vocab_size,
             max_len,
             limit: "max_len",
+            vocab: "vocab_size",
         }
+    }
+
+    /// The config field that holds the vocabulary size (`type_vocab_size`), as the error
+    /// should name it.
+    pub fn vocab_named(mut self, vocab: &'static str) -> Self {
+        self.vocab = vocab;
+        self
     }
 
     /// The config field that bounds the length, as the error should name it.
@@ -110,7 +130,7 @@ impl TokenLimits {
         len: usize,
     ) -> Result<(), TokenError> {
         if len == 0 {
-            return Err(TokenError::Empty { what });
+            return Err(TokenError::EmptyRow { what, row: 0 });
         }
         if offset + len > self.max_len {
             return Err(TokenError::TooLong {
@@ -131,6 +151,7 @@ impl TokenLimits {
         match first_outlier(ids, t, self.vocab_size) {
             Some(o) => Err(TokenError::OutOfRange {
                 what,
+                vocab: self.vocab,
                 id: o.id,
                 row: o.row,
                 position: o.position,
@@ -146,9 +167,7 @@ impl TokenLimits {
     /// # Errors
     /// The first fault, as [`TokenError`].
     pub fn check_rows(&self, what: &'static str, rows: &[Vec<usize>]) -> Result<(), TokenError> {
-        if rows.is_empty() || rows.iter().any(Vec::is_empty) {
-            return Err(TokenError::Empty { what });
-        }
+        non_empty(what, rows)?;
         for (row, ids) in rows.iter().enumerate() {
             if let Some((position, &id)) = ids
                 .iter()
@@ -157,6 +176,7 @@ impl TokenLimits {
             {
                 return Err(TokenError::OutOfRange {
                     what: "token",
+                    vocab: self.vocab,
                     id: i64::try_from(id).unwrap_or(i64::MAX),
                     row,
                     position,
@@ -208,10 +228,8 @@ pub fn matrix(
     what: &'static str,
     rows: &[Vec<usize>],
 ) -> Result<(Vec<i64>, [usize; 2]), TokenError> {
-    let t = rows.first().map_or(0, Vec::len);
-    if t == 0 {
-        return Err(TokenError::Empty { what });
-    }
+    non_empty(what, rows)?;
+    let t = rows[0].len();
     if rows.iter().any(|r| r.len() != t) {
         return Err(TokenError::Ragged {
             what,
@@ -224,6 +242,20 @@ pub fn matrix(
         .map(|&id| i64::try_from(id).unwrap_or(i64::MAX))
         .collect();
     Ok((flat, [rows.len(), t]))
+}
+
+/// At least one row, and a token in every row.
+///
+/// # Errors
+/// [`TokenError::Empty`] or [`TokenError::EmptyRow`], naming the first empty row.
+pub fn non_empty(what: &'static str, rows: &[Vec<usize>]) -> Result<(), TokenError> {
+    if rows.is_empty() {
+        return Err(TokenError::Empty { what });
+    }
+    match rows.iter().position(Vec::is_empty) {
+        Some(row) => Err(TokenError::EmptyRow { what, row }),
+        None => Ok(()),
+    }
 }
 
 /// The ids of a device tensor, read back once.
@@ -255,7 +287,7 @@ mod tests {
                 .check_rows("prompt", &[vec![1], vec![]])
                 .unwrap_err()
                 .to_string(),
-            "the prompt is empty"
+            "prompt 1 is empty"
         );
         assert_eq!(
             limits
@@ -280,6 +312,10 @@ mod tests {
             "sequence of 5 tokens is longer than max_position_embeddings 4"
         );
         assert!(limits.check_len("sequence", 1, 3).is_ok());
+        assert_eq!(
+            limits.check_rows("prompt", &[]).unwrap_err().to_string(),
+            "the prompt batch is empty"
+        );
         // The first outlier in row order, a negative id included.
         assert_eq!(
             first_outlier(&[1, 2, -3, 11], 2, 10),

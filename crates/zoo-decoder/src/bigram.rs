@@ -1,9 +1,9 @@
 //! The seeds' bigram baseline: next-token probabilities from counts of adjacent pairs,
 //! with Laplace (add-alpha) smoothing.
 
-use zoo_core::ConfigError;
+use zoo_core::{ConfigError, TokenError};
 
-use crate::error::{DecoderError, Result};
+use crate::error::Result;
 
 /// A count-based bigram model over a vocabulary of `vocab_size` ids.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,16 +27,19 @@ impl BigramModel {
             return Err(ConfigError::zero("bigram vocab_size").into());
         }
         let mut counts = vec![0f64; vocab_size * vocab_size];
-        for seq in sequences {
-            for w in seq.windows(2) {
-                if let Some(&bad) = w.iter().find(|&&t| t >= vocab_size) {
-                    return Err(DecoderError::TokenOutOfRange {
-                        id: bad as i64,
-                        row: 0,
-                        position: 0,
-                        vocab_size,
-                    });
+        for (row, seq) in sequences.iter().enumerate() {
+            if let Some(position) = seq.iter().position(|&t| t >= vocab_size) {
+                return Err(TokenError::OutOfRange {
+                    what: "token",
+                    vocab: "vocab_size",
+                    id: i64::try_from(seq[position]).unwrap_or(i64::MAX),
+                    row,
+                    position,
+                    vocab_size,
                 }
+                .into());
+            }
+            for w in seq.windows(2) {
                 counts[w[0] * vocab_size + w[1]] += 1.0;
             }
         }

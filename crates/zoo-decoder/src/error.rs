@@ -9,28 +9,9 @@ pub enum DecoderError {
     /// A configuration value that cannot work.
     #[error("invalid decoder config: {0}")]
     Config(#[from] zoo_core::ConfigError),
-    /// A token id outside the vocabulary.
-    #[error(
-        "token id {id} at batch row {row}, position {position} is out of range for vocab_size {vocab_size}"
-    )]
-    TokenOutOfRange {
-        /// The id.
-        id: i64,
-        /// Its row.
-        row: usize,
-        /// Its position.
-        position: usize,
-        /// The vocabulary size.
-        vocab_size: usize,
-    },
-    /// A sequence longer than the model's positions.
-    #[error("sequence of {len} tokens is longer than max_len {max_len}")]
-    TooLong {
-        /// Its length.
-        len: usize,
-        /// The model's maximum.
-        max_len: usize,
-    },
+    /// Token ids the model cannot take: empty, too long, or outside the vocabulary.
+    #[error(transparent)]
+    Tokens(#[from] zoo_core::TokenError),
     /// Bad generation settings or prompts.
     #[error("generation: {0}")]
     Generation(String),

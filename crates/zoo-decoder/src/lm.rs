@@ -194,7 +194,7 @@ mod tests {
         let e = generate(&m, &[vec![13]], &GenerationConfig::greedy(1), |_, _| {}).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "token id 13 in prompt 0 is out of range for vocab_size 13"
+            "token id 13 at batch row 0, position 0 is out of range for vocab_size 13"
         );
     }
 }

@@ -7,6 +7,7 @@ use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
 use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions, TransformerBlock};
+use zoo_core::tokens::{self, TokenError, TokenLimits};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
@@ -35,9 +36,9 @@ pub struct DecoderLm {
 #[derive(Debug, Clone)]
 pub struct DecoderInput {
     tokens: Tensor<2, Int>,
-    /// The largest id with its row and position, when the ids were built on the host:
-    /// then no read-back is needed to check them.
-    max_id: Option<(usize, usize, usize)>,
+    /// The ids, row by row, when they were built on the host: then no read-back is
+    /// needed to check them.
+    host_ids: Option<Vec<i64>>,
     key_padding: Option<Tensor<2, Bool>>,
     positions: Option<Positions>,
     need_weights: bool,
@@ -49,7 +50,7 @@ impl DecoderInput {
     pub fn new(tokens: Tensor<2, Int>) -> Self {
         Self {
             tokens,
-            max_id: None,
+            host_ids: None,
             key_padding: None,
             positions: None,
             need_weights: false,
@@ -62,25 +63,10 @@ impl DecoderInput {
     /// # Errors
     /// No rows, empty rows, or rows of different lengths.
     pub fn from_ids(rows: &[Vec<usize>], device: &Device) -> Result<Self> {
-        let t = rows.first().map_or(0, Vec::len);
-        if t == 0 || rows.iter().any(|r| r.len() != t) {
-            return Err(DecoderError::Generation(format!(
-                "token rows must be non-empty and of equal length, got lengths {:?}",
-                rows.iter().map(Vec::len).collect::<Vec<_>>()
-            )));
-        }
-        let flat: Vec<i64> = rows.iter().flatten().map(|&id| id as i64).collect();
-        let max_id = rows
-            .iter()
-            .enumerate()
-            .flat_map(|(r, row)| row.iter().enumerate().map(move |(p, &id)| (id, r, p)))
-            .max_by_key(|&(id, r, p)| (id, std::cmp::Reverse((r, p))));
+        let (flat, shape) = tokens::matrix("input", rows)?;
         Ok(Self {
-            max_id,
-            ..Self::new(Tensor::from_data(
-                TensorData::new(flat, [rows.len(), t]),
-                device,
-            ))
+            host_ids: Some(flat.clone()),
+            ..Self::new(Tensor::from_data(TensorData::new(flat, shape), device))
         })
     }
 
@@ -198,41 +184,12 @@ impl DecoderLm {
     }
 
     fn check_tokens(&self, input: &DecoderInput, offset: usize) -> Result<()> {
-        let tokens = &input.tokens;
-        let [_, t] = tokens.dims();
-        if offset + t > self.max_len {
-            return Err(DecoderError::TooLong {
-                len: offset + t,
-                max_len: self.max_len,
-            });
-        }
-        if let Some((id, row, position)) = input.max_id {
-            if id >= self.vocab_size {
-                return Err(DecoderError::TokenOutOfRange {
-                    id: id as i64,
-                    row,
-                    position,
-                    vocab_size: self.vocab_size,
-                });
-            }
-            return Ok(());
-        }
-        let ids = tokens
-            .to_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .map_err(|e| DecoderError::Generation(format!("cannot read token ids: {e:?}")))?;
-        if let Some((i, &id)) = ids
-            .iter()
-            .enumerate()
-            .find(|(_, id)| **id < 0 || **id as usize >= self.vocab_size)
-        {
-            return Err(DecoderError::TokenOutOfRange {
-                id,
-                row: i / t.max(1),
-                position: i % t.max(1),
-                vocab_size: self.vocab_size,
-            });
+        let limits = TokenLimits::new(self.vocab_size, self.max_len);
+        let [_, t] = input.tokens.dims();
+        limits.check_len("sequence", offset, t)?;
+        match &input.host_ids {
+            Some(ids) => limits.check_ids("token", ids, t)?,
+            None => limits.check_ids("token", &tokens::read_ids(&input.tokens, "token")?, t)?,
         }
         Ok(())
     }
@@ -254,10 +211,13 @@ impl DecoderLm {
             }
             // Checked on the host: no read-back.
             if p.max() >= self.max_len {
-                return Err(DecoderError::TooLong {
+                return Err(TokenError::TooLong {
+                    what: "sequence",
                     len: p.max() + 1,
+                    limit: "max_len",
                     max_len: self.max_len,
-                });
+                }
+                .into());
             }
         }
         let mut x = self.wte.forward(tokens);

@@ -12,6 +12,9 @@ pub enum EncoderError {
     /// An input that does not fit the model.
     #[error("{0}")]
     Input(String),
+    /// Token ids the model cannot take: empty, too long, or outside the vocabulary.
+    #[error(transparent)]
+    Tokens(#[from] zoo_core::TokenError),
     /// A checkpoint that cannot be read, written, or does not fit the model.
     #[error(transparent)]
     Checkpoint(#[from] zoo_core::CheckpointError),

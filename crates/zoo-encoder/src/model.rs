@@ -12,6 +12,7 @@ use zoo_attention::{
     AttentionInput, FeedForward, FeedForwardConfig, MultiHeadAttentionConfig, NormKind, Pooler,
     SelfAttention,
 };
+use zoo_core::tokens::{self, TokenLimits};
 use zoo_core::{ClassLogits, ModelError, SentenceEmbedding, TokenLogits, kept_rows};
 
 use crate::config::{BertConfig, HiddenAct};
@@ -251,19 +252,6 @@ impl BertConfig {
     }
 }
 
-/// The largest value of an id tensor, read back once to check it on the host.
-fn max_id(ids: &Tensor<2, Int>, what: &str) -> Result<i64> {
-    let values = ids
-        .to_data()
-        .convert::<i64>()
-        .try_to_vec::<i64>()
-        .map_err(|e| EncoderError::Input(format!("cannot read {what}: {e:?}")))?;
-    if let Some(&neg) = values.iter().find(|v| **v < 0) {
-        return Err(EncoderError::Input(format!("{what} {neg} is negative")));
-    }
-    Ok(values.into_iter().max().unwrap_or(0))
-}
-
 impl BertModel {
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
@@ -313,19 +301,9 @@ impl BertModel {
 
     fn check(&self, input: &EncoderInput) -> Result<()> {
         let [b, t] = input.tokens.dims();
-        if t == 0 || t > self.max_len() {
-            return Err(EncoderError::Input(format!(
-                "sequence of {t} tokens does not fit max_position_embeddings {}",
-                self.max_len()
-            )));
-        }
-        let top = max_id(&input.tokens, "token id")?;
-        if top as usize >= self.config.vocab_size {
-            return Err(EncoderError::Input(format!(
-                "token id {top} is out of range for vocab_size {}",
-                self.config.vocab_size
-            )));
-        }
+        TokenLimits::new(self.config.vocab_size, self.max_len())
+            .named("max_position_embeddings")
+            .check_tensor("sequence", &input.tokens, 0)?;
         if let Some(types) = &input.token_types {
             if types.dims() != [b, t] {
                 return Err(EncoderError::Input(format!(
@@ -333,13 +311,9 @@ impl BertModel {
                     types.dims()
                 )));
             }
-            let top = max_id(types, "token type")?;
-            if top as usize >= self.config.type_vocab_size {
-                return Err(EncoderError::Input(format!(
-                    "token type {top} is out of range for type_vocab_size {}",
-                    self.config.type_vocab_size
-                )));
-            }
+            TokenLimits::new(self.config.type_vocab_size, t)
+                .vocab_named("type_vocab_size")
+                .check_ids("token type", &tokens::read_ids(types, "token type")?, t)?;
         }
         if let Some(pad) = &input.padding {
             if pad.dims() != [b, t] {
@@ -863,15 +837,15 @@ mod tests {
         let err = |input| m.forward(input).unwrap_err().to_string();
         assert_eq!(
             err(EncoderInput::new(ids(&[&[1, 40]]))),
-            "token id 40 is out of range for vocab_size 40"
+            "token id 40 at batch row 0, position 1 is out of range for vocab_size 40"
         );
         assert_eq!(
             err(EncoderInput::new(ids(&[&[1; 13]]))),
-            "sequence of 13 tokens does not fit max_position_embeddings 12"
+            "sequence of 13 tokens is longer than max_position_embeddings 12"
         );
         assert_eq!(
             err(EncoderInput::new(ids(&[&[1, 2]])).token_types(ids(&[&[0, 2]]))),
-            "token type 2 is out of range for type_vocab_size 2"
+            "token type id 2 at batch row 0, position 1 is out of range for type_vocab_size 2"
         );
         assert_eq!(
             err(EncoderInput::new(ids(&[&[1, 2]])).padding(pad(&[&[false, false, true]]))),

@@ -122,7 +122,10 @@ mod tests {
             .forward(EncoderInput::new(long))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("sequence of 7 tokens does not fit"), "{e}");
+        assert!(
+            e.contains("sequence of 7 tokens is longer than max_position_embeddings 6"),
+            "{e}"
+        );
         let six = Tensor::<2, Int>::from_data(TensorData::new(vec![5i64; 6], [1, 6]), &device);
         let out = roberta.forward(EncoderInput::new(six)).unwrap();
         // Read back, so no work is left queued on the device when the test ends.

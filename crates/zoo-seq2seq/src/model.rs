@@ -8,6 +8,8 @@ use zoo_attention::{
     TransformerBlock,
 };
 
+use zoo_core::tokens::{self, TokenLimits};
+
 use crate::error::{Result, Seq2SeqError};
 
 /// A source batch: token ids and their padding, built on the host so that ids are checked
@@ -18,7 +20,8 @@ pub struct Source {
     pub tokens: Tensor<2, Int>,
     /// `[B, S]`, `true` at padding.
     pub padding: Tensor<2, Bool>,
-    max_id: usize,
+    /// The ids, row by row (padding included), as checked against the model.
+    ids: Vec<i64>,
 }
 
 impl Source {
@@ -27,12 +30,7 @@ impl Source {
     /// # Errors
     /// No rows, or an empty row.
     pub fn from_ids(rows: &[Vec<usize>], pad_id: usize, device: &Device) -> Result<Self> {
-        if rows.is_empty() {
-            return Err(Seq2SeqError::Input("the source batch is empty".into()));
-        }
-        if let Some(r) = rows.iter().position(Vec::is_empty) {
-            return Err(Seq2SeqError::Input(format!("source {r} is empty")));
-        }
+        tokens::non_empty("source", rows)?;
         let s = rows.iter().map(Vec::len).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(rows.len() * s);
         let mut pad = Vec::with_capacity(rows.len() * s);
@@ -42,11 +40,10 @@ impl Source {
                 pad.push(i >= row.len());
             }
         }
-        let max_id = rows.iter().flatten().copied().max().unwrap_or(0);
         Ok(Self {
-            tokens: Tensor::from_data(TensorData::new(ids, [rows.len(), s]), device),
+            tokens: Tensor::from_data(TensorData::new(ids.clone(), [rows.len(), s]), device),
             padding: Tensor::from_data(TensorData::new(pad, [rows.len(), s]), device),
-            max_id,
+            ids,
         })
     }
 
@@ -63,69 +60,31 @@ impl Source {
                 tokens.dims()
             )));
         }
-        let max_id = max_id(&tokens)?;
+        let ids = tokens::read_ids(&tokens, "source token")?;
         Ok(Self {
             tokens,
             padding,
-            max_id,
+            ids,
         })
     }
 
     /// Checks the ids against a vocabulary and the length against `max_len`.
     pub(crate) fn check(&self, vocab_size: usize, max_len: usize) -> Result<()> {
         let [_, s] = self.tokens.dims();
-        if s == 0 {
-            return Err(Seq2SeqError::Input("the source is empty".into()));
-        }
-        if s > max_len {
-            return Err(Seq2SeqError::Input(format!(
-                "source of {s} tokens is longer than the model's {max_len} positions"
-            )));
-        }
-        check_id(self.max_id, vocab_size, "source")
+        let limits = TokenLimits::new(vocab_size, max_len);
+        limits.check_len("source", 0, s)?;
+        Ok(limits.check_ids("source token", &self.ids, s)?)
     }
 }
 
-fn check_id(id: usize, vocab_size: usize, what: &str) -> Result<()> {
-    if id >= vocab_size {
-        return Err(Seq2SeqError::Input(format!(
-            "{what} token id {id} is out of range for vocab_size {vocab_size}"
-        )));
-    }
-    Ok(())
-}
-
-/// The largest id of a device tensor (one read-back).
-pub(crate) fn max_id(tokens: &Tensor<2, Int>) -> Result<usize> {
-    let ids = tokens
-        .to_data()
-        .convert::<i64>()
-        .try_into_vec::<i64>()
-        .map_err(|e| Seq2SeqError::Input(format!("cannot read token ids: {e:?}")))?;
-    if let Some(&neg) = ids.iter().find(|&&x| x < 0) {
-        return Err(Seq2SeqError::Input(format!("token id {neg} is negative")));
-    }
-    Ok(ids.into_iter().max().unwrap_or(0) as usize)
-}
-
-/// Checks target ids `[B, T]` starting at `offset` against the model.
+/// Checks target ids `[B, T]` starting at `offset` against the model (one read-back).
 pub(crate) fn check_target(
     tokens: &Tensor<2, Int>,
     offset: usize,
     vocab_size: usize,
     max_len: usize,
 ) -> Result<()> {
-    let [_, t] = tokens.dims();
-    if t == 0 {
-        return Err(Seq2SeqError::Input("the decoder input is empty".into()));
-    }
-    if offset + t > max_len {
-        return Err(Seq2SeqError::Input(format!(
-            "decoder sequence of {} tokens is longer than the model's {max_len} positions",
-            offset + t
-        )));
-    }
-    check_id(max_id(tokens)?, vocab_size, "decoder")
+    Ok(TokenLimits::new(vocab_size, max_len).check_tensor("decoder input", tokens, offset)?)
 }
 
 /// What the decoder's cross-attention reads.

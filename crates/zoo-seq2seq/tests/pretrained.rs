@@ -285,7 +285,9 @@ fn saving_round_trips_and_bad_inputs_are_named() {
         (
             vec![vec![3, v]],
             BeamConfig::new(2, 5),
-            format!("source token id {v} is out of range for vocab_size {v}"),
+            format!(
+                "source token id {v} at batch row 0, position 1 is out of range for vocab_size {v}"
+            ),
         ),
         (
             vec![vec![3, 4]],
@@ -301,10 +303,7 @@ fn saving_round_trips_and_bad_inputs_are_named() {
     let e = beam_from(&model, &long, &BeamConfig::new(1, 5))
         .unwrap_err()
         .to_string();
-    assert_eq!(
-        e,
-        "source of 65 tokens is longer than the model's 64 positions"
-    );
+    assert_eq!(e, "source of 65 tokens is longer than max_len 64");
     // A config whose heads do not divide the width is named.
     let dir = std::env::temp_dir().join(format!("zoo-seq2seq-heads-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -853,7 +853,7 @@ mod tests {
         );
         assert_eq!(
             err(EncoderInput::new(ids(&[&[1, -3]]))),
-            "token id -3 is negative"
+            "token id -3 at batch row 0, position 1 is out of range for vocab_size 40"
         );
         assert!(BertForSequenceClassification::new(&tiny(), 0, &dev).is_err());
     }

@@ -21,7 +21,7 @@ use clap::Parser;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use zoo_data::{CausalLmBatcher, CausalLmItem};
-use zoo_encoder::tokenizer::SPECIAL_TOKENS;
+use zoo_encoder::SPECIAL_TOKENS;
 use zoo_encoder::{
     BertConfig, BertForMaskedLm, BertTokenizer, EncoderInput, Encoding, MaskingConfig, mask_tokens,
 };

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
-use zoo_encoder::SentenceEncoder;
+use zoo_encoder::{EncoderInput, SentenceEncoder};
 use zoo_examples::Error;
 use zoo_train::plot::heatmap_grid;
 
@@ -56,7 +56,7 @@ pub fn run(model: Option<PathBuf>, device: &Device, out: &Path) -> Result<(), Er
         let batch = tok.encode_batch(&[sentence])?;
         let output = encoder
             .bert
-            .forward(batch.to_input(device).with_weights())?;
+            .forward(EncoderInput::from_batch(&batch, device).with_weights())?;
         let it = enc
             .tokens
             .iter()

@@ -82,7 +82,7 @@ impl Batcher<Item, ClassificationBatch<EncoderInput>> for GenreBatcher {
             .pad(items.into_iter().map(|i| i.passage).collect())
             .expect("the loader never makes an empty batch");
         ClassificationBatch::new(
-            batch.to_input(device),
+            EncoderInput::from_batch(&batch, device),
             burn::tensor::Tensor::from_data(burn::tensor::TensorData::new(labels, [n]), device),
         )
     }

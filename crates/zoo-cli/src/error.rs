@@ -34,9 +34,9 @@ pub enum CliError {
     /// Finding, loading or running a checkpoint.
     #[error(transparent)]
     Hub(#[from] zoo_hub::HubError),
-    /// The decoder family.
+    /// A tokenizer of any family.
     #[error(transparent)]
-    Decoder(#[from] zoo_decoder::DecoderError),
+    Tokenizer(#[from] zoo_data::TokenizerError),
     /// The encoder family.
     #[error(transparent)]
     Encoder(#[from] zoo_encoder::EncoderError),

@@ -54,7 +54,7 @@ use burn::tensor::{Device, activation::softmax};
 use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
-use zoo_decoder::{LmTokenizer, TextStream};
+use zoo_data::{LmTokenizer, TextStream};
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 

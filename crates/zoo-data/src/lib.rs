@@ -1,7 +1,8 @@
 //! # zoo-data
 //!
 //! Readers for the data sets shipped in `datasets/`, the character vocabularies of the
-//! seeds, and Burn batchers for the zoo's tasks. Knows no models.
+//! seeds, the subword tokenizers of every family ([`tokenizer`]: `tokenizer.json`,
+//! WordPiece, BPE), and Burn batchers for the zoo's tasks. Knows no models.
 //!
 //! Readers return Burn datasets (`InMemDataset`), batchers implement Burn's `Batcher`, so
 //! loaders come from Burn's `DataLoaderBuilder` as usual.
@@ -13,12 +14,14 @@ pub mod digits;
 mod error;
 pub mod names;
 pub mod text;
+pub mod tokenizer;
 pub mod vocab;
 
 pub use batch::{
     CausalLmBatch, CausalLmBatcher, CausalLmItem, Seq2SeqBatch, Seq2SeqBatcher, Seq2SeqItem,
 };
 pub use error::{DataError, Result};
+pub use tokenizer::{BertTokenizer, Encoding, LmTokenizer, TextStream, TokenBatch, TokenizerError};
 pub use vocab::CharVocab;
 
 use std::path::PathBuf;

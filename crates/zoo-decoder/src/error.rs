@@ -19,8 +19,8 @@ pub enum DecoderError {
     #[error(transparent)]
     Checkpoint(#[from] zoo_core::CheckpointError),
     /// A tokenizer that cannot be loaded or run.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    #[error(transparent)]
+    Tokenizer(#[from] zoo_data::TokenizerError),
     /// An error from the attention core.
     #[error(transparent)]
     Attention(#[from] AttentionError),

@@ -22,7 +22,6 @@ pub mod model;
 pub mod phi3;
 pub mod pretrained;
 pub mod registry;
-mod tokenizer;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
@@ -30,4 +29,5 @@ pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
 pub use phi3::Phi3Config;
 pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, TokenIds};
 pub use registry::{ARCHITECTURES, PretrainedLm};
-pub use tokenizer::{LmTokenizer, TextStream};
+/// The causal LMs' tokenizer, which lives in `zoo-data` with every family's.
+pub use zoo_data::tokenizer::{LmTokenizer, TextStream};

@@ -16,9 +16,9 @@
 //!   (`config.json` with `model.safetensors` or `pytorch_model.bin`, bare `BertModel` keys or
 //!   `bert.`-prefixed head keys), through `zoo-core`'s shared loader, which names every
 //!   missing, unexpected and mis-shaped tensor;
-//! - [`tokenizer`]: BERT's WordPiece tokenizer through the `tokenizers` crate, loaded from a
-//!   `tokenizer.json`, built from a `vocab.txt` or trained on a corpus, with pairs, padding
-//!   and truncation;
+//! - [`BertTokenizer`]: BERT's WordPiece tokenizer, from `zoo-data` (where every family's
+//!   tokenizer lives), re-exported here; [`EncoderInput::from_batch`] turns its padded
+//!   batches into the model's input;
 //! - [`sentence`]: sentence-transformers folders (`modules.json`, pooling, normalization);
 //! - [`mlm`]: BERT's masked-LM recipe, as batches for `zoo-train`'s language-model task;
 //! - `zoo-core`'s traits: masked-LM logits ([`zoo_core::TokenLogits`]), classification
@@ -34,7 +34,6 @@ pub mod pretrained;
 pub mod registry;
 pub mod roberta;
 pub mod sentence;
-pub mod tokenizer;
 
 pub use config::{BertConfig, HiddenAct};
 pub use error::{EncoderError, Result};
@@ -44,4 +43,5 @@ pub use model::{
     BertLayer, BertModel, EncoderInput, EncoderOutput, PositionIds,
 };
 pub use sentence::{Pooling, PoolingConfig, PoolingModes, SentenceEncoder};
-pub use tokenizer::{BertTokenizer, Encoding, TokenBatch};
+/// BERT's WordPiece tokenizer, which lives in `zoo-data` with every family's.
+pub use zoo_data::tokenizer::{BertTokenizer, Encoding, SPECIAL_TOKENS, TokenBatch};

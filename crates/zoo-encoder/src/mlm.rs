@@ -10,7 +10,7 @@ use rand::Rng;
 use zoo_core::CausalLmBatch;
 
 use crate::error::{EncoderError, Result};
-use crate::tokenizer::TokenBatch;
+use zoo_data::tokenizer::TokenBatch;
 
 /// The recipe's probabilities.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -122,6 +122,14 @@ impl EncoderInput {
         }
     }
 
+    /// A tokenizer's padded batch as the model's input: ids, token types and the padding
+    /// mask.
+    pub fn from_batch(batch: &zoo_data::TokenBatch, device: &Device) -> Self {
+        Self::new(batch.ids_tensor(device))
+            .token_types(batch.type_ids_tensor(device))
+            .padding(batch.padding_tensor(device))
+    }
+
     /// Also return every layer's attention weights ([`EncoderOutput::attentions`]).
     pub fn with_weights(mut self) -> Self {
         self.need_weights = true;

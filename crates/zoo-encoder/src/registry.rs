@@ -18,7 +18,7 @@ use crate::model::{
 };
 use crate::pretrained::{BERT, Layout};
 use crate::roberta;
-use crate::tokenizer::BertTokenizer;
+use zoo_data::tokenizer::BertTokenizer;
 
 const INPUTS: &[&str] = &["input_ids", "attention_mask", "token_type_ids"];
 
@@ -176,7 +176,7 @@ impl Classifier for TextClassifier {
         let batch = tokenizer.encode_batch(&[text]).map_err(ModelError::new)?;
         let logits = self
             .model
-            .forward(batch.to_input(device))
+            .forward(EncoderInput::from_batch(&batch, device))
             .map_err(ModelError::new)?;
         Ok(Classes {
             logits,

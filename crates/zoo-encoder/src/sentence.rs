@@ -9,8 +9,8 @@ use serde::Deserialize;
 use zoo_core::{CheckpointError, ConfigError};
 
 use crate::error::{EncoderError, Result};
-use crate::model::{BertModel, mean_pool};
-use crate::tokenizer::{BertTokenizer, TokenBatch};
+use crate::model::{BertModel, EncoderInput, mean_pool};
+use zoo_data::tokenizer::{BertTokenizer, TokenBatch};
 
 /// One pooling of token states into a sentence vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,7 +274,7 @@ impl SentenceEncoder {
     /// # Errors
     /// Ids the model rejects.
     pub fn embed_batch(&self, batch: &TokenBatch, device: &Device) -> Result<Tensor<2>> {
-        let input = batch.to_input(device);
+        let input = EncoderInput::from_batch(batch, device);
         let padding = batch.padding_tensor(device);
         let hidden = self.bert.forward(input)?.hidden;
         let pooled = pool(hidden, padding, &self.pooling);

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use zoo_encoder::BertTokenizer;
-use zoo_encoder::tokenizer::SPECIAL_TOKENS;
+use zoo_data::BertTokenizer;
+use zoo_data::tokenizer::SPECIAL_TOKENS;
 
 fn plays() -> Vec<String> {
     let globe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/shakespeare/globe");

@@ -1,7 +1,8 @@
 //! BERT's WordPiece tokenizer, run by HF's `tokenizers` crate: loaded from a
 //! `tokenizer.json`, built from a `vocab.txt`, or trained on a corpus. Pairs get token
 //! types, batches are padded to their longest row and truncated to the model's length,
-//! and [`TokenBatch::to_input`] makes the model's input tensors.
+//! and [`TokenBatch`] makes the tensors a model takes (the encoder's `EncoderInput::from_batch`
+//! gathers them).
 
 use std::path::Path;
 
@@ -14,15 +15,10 @@ use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, EncodeInput, Tokenizer};
 
-use crate::error::{EncoderError, Result};
-use crate::model::EncoderInput;
+use super::{Result, TokenizerError, tok_err};
 
 /// BERT's special tokens, in the order a trained vocabulary numbers them.
 pub const SPECIAL_TOKENS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
-
-fn tok_err(what: &str, e: impl std::fmt::Display) -> EncoderError {
-    EncoderError::Tokenizer(format!("{what}: {e}"))
-}
 
 /// One encoded text (or pair).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +51,12 @@ fn tensor_2d<T: burn::tensor::Element>(rows: &[Vec<T>]) -> TensorData {
     TensorData::new(rows.concat(), [rows.len(), t])
 }
 
+fn widen(rows: &[Vec<u32>]) -> Vec<Vec<i64>> {
+    rows.iter()
+        .map(|r| r.iter().map(|&i| i64::from(i)).collect())
+        .collect()
+}
+
 impl TokenBatch {
     /// Rows in the batch.
     pub fn len(&self) -> usize {
@@ -71,21 +73,14 @@ impl TokenBatch {
         Tensor::from_data(tensor_2d(&self.padding), device)
     }
 
-    /// The model's input: ids, token types and the padding mask.
-    pub fn to_input(&self, device: &Device) -> EncoderInput {
-        let ids: Vec<Vec<i64>> = self
-            .ids
-            .iter()
-            .map(|r| r.iter().map(|&i| i64::from(i)).collect())
-            .collect();
-        let types: Vec<Vec<i64>> = self
-            .type_ids
-            .iter()
-            .map(|r| r.iter().map(|&i| i64::from(i)).collect())
-            .collect();
-        EncoderInput::new(Tensor::<2, Int>::from_data(tensor_2d(&ids), device))
-            .token_types(Tensor::<2, Int>::from_data(tensor_2d(&types), device))
-            .padding(self.padding_tensor(device))
+    /// The ids `[B, T]`, padding included.
+    pub fn ids_tensor(&self, device: &Device) -> Tensor<2, Int> {
+        Tensor::from_data(tensor_2d(&widen(&self.ids)), device)
+    }
+
+    /// The segments `[B, T]`.
+    pub fn type_ids_tensor(&self, device: &Device) -> Tensor<2, Int> {
+        Tensor::from_data(tensor_2d(&widen(&self.type_ids)), device)
     }
 }
 
@@ -101,7 +96,7 @@ pub struct BertTokenizer {
 impl BertTokenizer {
     fn wrap(mut inner: Tokenizer, max_len: usize) -> Result<Self> {
         if max_len < 4 {
-            return Err(EncoderError::Tokenizer(format!(
+            return Err(TokenizerError(format!(
                 "max_len must be >= 4 (room for a pair's three special tokens), got {max_len}"
             )));
         }
@@ -116,9 +111,9 @@ impl BertTokenizer {
             }))
             .map_err(|e| tok_err("truncation", e))?;
         let id = |token: &str| {
-            inner.token_to_id(token).ok_or_else(|| {
-                EncoderError::Tokenizer(format!("the vocabulary has no {token} token"))
-            })
+            inner
+                .token_to_id(token)
+                .ok_or_else(|| TokenizerError(format!("the vocabulary has no {token} token")))
         };
         // BERT's special tokens, or RoBERTa's byte-level vocabulary's (`<pad>`, `<mask>`,
         // `<s>`, `</s>`, `<unk>`) when it has those and not BERT's.
@@ -178,9 +173,9 @@ impl BertTokenizer {
         inner.with_pre_tokenizer(Some(BertPreTokenizer));
         inner.with_decoder(Some(WordPieceDecoder::default()));
         let id = |token: &str| {
-            inner.token_to_id(token).ok_or_else(|| {
-                EncoderError::Tokenizer(format!("the vocabulary has no {token} token"))
-            })
+            inner
+                .token_to_id(token)
+                .ok_or_else(|| TokenizerError(format!("the vocabulary has no {token} token")))
         };
         let (cls, sep) = (id("[CLS]")?, id("[SEP]")?);
         let template = TemplateProcessing::builder()
@@ -212,7 +207,7 @@ impl BertTokenizer {
         S: AsRef<str> + Send,
     {
         if vocab_size <= SPECIAL_TOKENS.len() {
-            return Err(EncoderError::Tokenizer(format!(
+            return Err(TokenizerError(format!(
                 "vocab_size must be > {}, got {vocab_size}",
                 SPECIAL_TOKENS.len()
             )));
@@ -256,7 +251,7 @@ impl BertTokenizer {
         }
         let vocab = dir.join("vocab.txt");
         if !vocab.is_file() {
-            return Err(EncoderError::Tokenizer(format!(
+            return Err(TokenizerError(format!(
                 "{} has neither tokenizer.json nor vocab.txt",
                 dir.display()
             )));
@@ -376,7 +371,7 @@ impl BertTokenizer {
             .iter()
             .map(|e| e.ids.len())
             .max()
-            .ok_or_else(|| EncoderError::Input("cannot make a batch of no texts".into()))?;
+            .ok_or_else(|| TokenizerError("cannot make a batch of no texts".into()))?;
         let mut batch = TokenBatch {
             ids: Vec::new(),
             type_ids: Vec::new(),

@@ -4,11 +4,7 @@
 
 use std::path::Path;
 
-use crate::error::{DecoderError, Result};
-
-fn tok_err(what: &str, e: impl std::fmt::Display) -> DecoderError {
-    DecoderError::Tokenizer(format!("{what}: {e}"))
-}
+use super::{Result, tok_err};
 
 /// A checkpoint's tokenizer.
 #[derive(Clone)]

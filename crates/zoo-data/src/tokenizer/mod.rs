@@ -1,0 +1,25 @@
+//! The tokenizers of every family, each through HF's `tokenizers` crate:
+//! - [`LmTokenizer`] (in `bpe`): a causal LM's `tokenizer.json`, GPT-2's byte-level BPE,
+//!   Llama's SentencePiece-style BPE or any other that file describes, with
+//!   [`TextStream`] for text that streams out token by token; the encoder-decoder family
+//!   uses it for T5 and Marian too;
+//! - [`BertTokenizer`] (in `wordpiece`): BERT-style WordPiece, from a `tokenizer.json`,
+//!   a `vocab.txt` or trained on a corpus, with pairs and padded [`TokenBatch`]es.
+
+mod bpe;
+mod wordpiece;
+
+pub use bpe::{LmTokenizer, TextStream};
+pub use wordpiece::{BertTokenizer, Encoding, SPECIAL_TOKENS, TokenBatch};
+
+/// A tokenizer that cannot be loaded or run, with the file or the step it failed at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tokenizer: {0}")]
+pub struct TokenizerError(pub String);
+
+/// Shorthand for the tokenizers' results.
+pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
+
+fn tok_err(what: &str, e: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError(format!("{what}: {e}"))
+}

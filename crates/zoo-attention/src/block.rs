@@ -195,6 +195,31 @@ pub struct CrossAttentionBlock {
     placement: NormPlacement,
 }
 
+/// Configuration of [`ParallelBlock`]: attention and the MLP side by side.
+#[derive(Config, Debug)]
+pub struct ParallelBlockConfig {
+    /// The self-attention, feed-forward network, norm kind and dropout. Its placement
+    /// must be pre-norm: both branches read a norm of the block's input.
+    pub block: TransformerBlockConfig,
+}
+
+/// A layer whose attention and MLP read the same input, each through its own norm, and
+/// add to one residual: `x + attn(norm_1(x)) + mlp(norm_2(x))` (GPT-NeoX's
+/// `use_parallel_residual`, Wang & Komatsuzaki's GPT-J). Names as [`TransformerBlock`].
+#[derive(Module, Debug)]
+pub struct ParallelBlock {
+    /// Self-attention.
+    pub self_attn: SelfAttention,
+    /// Norm before self-attention.
+    pub norm_1: Norm,
+    /// Feed-forward network.
+    pub mlp: FeedForward,
+    /// Norm before the feed-forward network.
+    pub norm_2: Norm,
+    /// Residual dropout, on each branch.
+    pub dropout: Dropout,
+}
+
 impl NormKind {
     /// Trainable parameters of one norm over `d` features: scale and shift for
     /// LayerNorm, the scale alone for RMSNorm.
@@ -247,6 +272,50 @@ impl TransformerBlockConfig {
             norm_2: self.norm(device),
             dropout: DropoutConfig::new(self.dropout).init(),
             placement: self.placement,
+        })
+    }
+}
+
+impl TransformerBlockConfig {
+    /// The same parts side by side in a [`ParallelBlock`].
+    pub fn parallel(self) -> ParallelBlockConfig {
+        ParallelBlockConfig::new(self)
+    }
+}
+
+impl ParallelBlockConfig {
+    /// Trainable parameters of the block [`Self::init`] builds: those of the sequential
+    /// block of the same parts.
+    pub fn num_params(&self) -> usize {
+        self.block.num_params()
+    }
+
+    /// Validates and builds the block.
+    ///
+    /// # Errors
+    /// As [`TransformerBlockConfig::init`], and a post-norm placement.
+    pub fn init(&self, device: &Device) -> Result<ParallelBlock> {
+        if self.block.placement != NormPlacement::Pre {
+            return Err(ConfigError::conflict(
+                "a parallel block normalises the input of both branches: its placement must \
+                 be Pre",
+            )
+            .into());
+        }
+        let TransformerBlock {
+            self_attn,
+            norm_1,
+            mlp,
+            norm_2,
+            dropout,
+            ..
+        } = self.block.init(device)?;
+        Ok(ParallelBlock {
+            self_attn,
+            norm_1,
+            mlp,
+            norm_2,
+            dropout,
         })
     }
 }
@@ -448,6 +517,45 @@ impl CrossAttentionBlock {
             })
         };
         layer.run(&input, cache, cross)
+    }
+}
+
+impl ParallelBlock {
+    /// Runs the block over a whole sequence.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
+    ///
+    /// # Errors
+    /// Input shapes the attention layer rejects.
+    pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
+        self.run(input, None)
+    }
+
+    /// Runs the block over new positions, extending the self-attention `cache`.
+    ///
+    /// # Errors
+    /// As [`Self::forward`], and a full cache.
+    pub fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
+        self.run(input, Some(cache))
+    }
+
+    fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
+        let x = input.x.clone();
+        let attn = self_attention(
+            &self.self_attn,
+            &input,
+            self.norm_1.forward(x.clone()),
+            cache,
+        )?;
+        let mlp = self.mlp.forward(self.norm_2.forward(x.clone()));
+        Ok(BlockOutput {
+            hidden: x
+                + crate::dropout(&self.dropout, attn.context)
+                + crate::dropout(&self.dropout, mlp),
+            self_weights: attn.weights,
+            cross_weights: None,
+        })
     }
 }
 

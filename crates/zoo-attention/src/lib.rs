@@ -37,7 +37,8 @@ pub mod sdpa;
 
 pub use block::{
     BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, Norm,
-    NormKind, NormPlacement, TransformerBlock, TransformerBlockConfig, linear_rows, tied_logits,
+    NormKind, NormPlacement, ParallelBlock, ParallelBlockConfig, TransformerBlock,
+    TransformerBlockConfig, linear_rows, tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use dropout::dropout;
@@ -50,7 +51,7 @@ pub use head::{LmHead, Pooler, TiedHead};
 pub use mask::{Mask, Visibility};
 pub use mha::{
     AttentionInput, AttentionKernel, AttentionOutput, CrossAttention, FusedQkv, Heads,
-    MultiHeadAttentionConfig, PositionBias, SelfAttention, SelfPositions, SeparateQkv,
+    MultiHeadAttentionConfig, PositionBias, QkvLayout, SelfAttention, SelfPositions, SeparateQkv,
 };
 pub use position::{Positions, RopeLayout};
 pub use zoo_core::ConfigError;

@@ -266,7 +266,8 @@ pub enum RopeLayout {
 /// Rotary position embedding (Su et al., 2021, "RoFormer").
 #[derive(Config, Debug)]
 pub struct RotaryEncodingConfig {
-    /// Size of one head; must be even.
+    /// Features rotated in each head; must be even. The whole head, or its first
+    /// features (partial rotary: the rest of a wider head passes through).
     pub head_dim: usize,
     /// Longest sequence (cache included).
     pub max_len: usize,
@@ -338,7 +339,7 @@ impl RotaryEncoding {
     /// # Errors
     /// When `offset + T` passes `max_len`.
     pub fn forward(&self, x: Tensor<4>, offset: usize) -> Result<Tensor<4>> {
-        let [_, _, t, d] = x.dims();
+        let [_, _, t, _] = x.dims();
         let max_len = self.max_len();
         if offset + t > max_len {
             return Err(AttentionError::TooLong {
@@ -347,7 +348,7 @@ impl RotaryEncoding {
                 max_len,
             });
         }
-        let half = d / 2;
+        let half = self.cos.dims()[1];
         // [T, D/2] -> [1, 1, T, D/2]
         let cos = self
             .cos
@@ -371,7 +372,7 @@ impl RotaryEncoding {
     /// # Errors
     /// A position past `max_len`, or a positions tensor of the wrong shape.
     pub fn forward_at(&self, x: Tensor<4>, positions: &Positions) -> Result<Tensor<4>> {
-        let [b, _, t, d] = x.dims();
+        let [b, _, t, _] = x.dims();
         crate::error::check_shape("rope positions", &positions.dims(), &[Some(b), Some(t)])?;
         let max_len = self.max_len();
         if positions.max() >= max_len {
@@ -381,7 +382,7 @@ impl RotaryEncoding {
                 max_len,
             });
         }
-        let half = d / 2;
+        let half = self.cos.dims()[1];
         let flat = positions.tensor().clone().reshape([b * t]);
         // [B T, D/2] -> [B, 1, T, D/2]
         let cos = self
@@ -393,8 +394,20 @@ impl RotaryEncoding {
         Ok(self.rotate(x, cos, sin))
     }
 
+    /// The features the tables cover: the whole head, or its first `rotary_dim` features
+    /// (partial rotary, as GPT-NeoX and Phi-2), the rest passed through unrotated.
+    pub fn rotary_dim(&self) -> usize {
+        2 * self.cos.dims()[1]
+    }
+
     fn rotate(&self, x: Tensor<4>, cos: Tensor<4>, sin: Tensor<4>) -> Tensor<4> {
         let [b, h, t, d] = x.dims();
+        let rot = self.rotary_dim();
+        if rot < d {
+            let pass = x.clone().slice([0..b, 0..h, 0..t, rot..d]);
+            let turned = self.rotate(x.slice([0..b, 0..h, 0..t, 0..rot]), cos, sin);
+            return Tensor::cat(vec![turned, pass], 3);
+        }
         let half = d / 2;
         if self.interleaved {
             // [B, H, T, D] -> [B, H, T, D/2, 2]: pairs (2i, 2i+1)

@@ -4,12 +4,13 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
     FeedForwardConfig, FfnActivation, GateLayout, MultiHeadAttentionConfig, NormKind,
-    NormPlacement, RopeLayout, TransformerBlockConfig,
+    NormPlacement, QkvLayout, RopeLayout, TransformerBlockConfig,
 };
 
 use zoo_core::validate;
 
 use crate::error::Result;
+use crate::layer::LayerKind;
 
 /// How the model knows where a token is.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -96,6 +97,17 @@ pub struct DecoderConfig {
     /// positions per layer. Default: none.
     #[config(default = "None")]
     pub sliding_window: Option<usize>,
+    /// Features of each head that RoPE rotates (partial rotary, GPT-NeoX's
+    /// `rotary_pct`). Default: the whole head.
+    #[config(default = "None")]
+    pub rope_dim: Option<usize>,
+    /// The order of a fused QKV projection's outputs. Default: blocked (GPT-2, Phi-3).
+    #[config(default = "QkvLayout::Blocked")]
+    pub qkv_layout: QkvLayout,
+    /// The layer stacked: sequential (attention, then the MLP) or parallel (GPT-NeoX).
+    /// Default: sequential.
+    #[config(default = "LayerKind::Sequential")]
+    pub layer: LayerKind,
 }
 
 impl DecoderConfig {
@@ -165,8 +177,10 @@ impl DecoderConfig {
             attn = attn
                 .with_rope_max_len(Some(self.max_len))
                 .with_rope_theta(theta)
-                .with_rope_layout(layout);
+                .with_rope_layout(layout)
+                .with_rope_dim(self.rope_dim);
         }
+        attn = attn.with_qkv_layout(self.qkv_layout);
         let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))
             .with_activation(self.activation)
             .with_gate_layout(self.gate_layout)

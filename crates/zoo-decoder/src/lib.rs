@@ -17,6 +17,7 @@
 pub mod bigram;
 pub mod config;
 mod error;
+pub mod layer;
 mod lm;
 pub mod model;
 pub mod phi3;
@@ -25,6 +26,7 @@ pub mod registry;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
+pub use layer::{DecoderLayer, LayerKind};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
 pub use phi3::Phi3Config;
 pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, TokenIds};

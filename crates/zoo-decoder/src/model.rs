@@ -6,11 +6,12 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
-use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions, TransformerBlock};
+use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions};
 use zoo_core::tokens::{self, TokenError, TokenLimits};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
+use crate::layer::DecoderLayer;
 
 /// A GPT-2 or Llama style causal language model.
 #[derive(Module, Debug)]
@@ -21,8 +22,8 @@ pub struct DecoderLm {
     pub wpe: Option<LearnedPosition>,
     /// Embedding dropout.
     pub drop: Dropout,
-    /// The blocks (GPT-2 `h`, Llama `layers`).
-    pub layers: Vec<TransformerBlock>,
+    /// The layers (GPT-2 `h`, Llama `layers`).
+    pub layers: Vec<DecoderLayer>,
     /// Final norm (GPT-2 `ln_f`, Llama `norm`).
     pub norm_f: Norm,
     /// The LM head: tied to `wte`, or its own `[d_model, V]` matrix.
@@ -127,8 +128,8 @@ impl DecoderConfig {
         };
         let block = self.block();
         let layers = (0..self.n_layers)
-            .map(|_| block.init(device))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+            .map(|_| DecoderLayer::new(self.layer, &block, device))
+            .collect::<Result<Vec<_>>>()?;
         Ok(DecoderLm {
             wte: EmbeddingConfig::new(self.vocab_size, self.d_model)
                 .with_initializer(init.clone())
@@ -436,14 +437,14 @@ mod tests {
             .init(&test_device())
             .unwrap();
         assert!(m.wpe.is_none() && !m.lm_head.is_tied());
-        let attn = &m.layers[0].self_attn;
+        let attn = &m.layers[0].self_attn();
         assert_eq!((attn.n_heads(), attn.n_kv_heads()), (4, 2));
         let zoo_attention::SelfAttention::Separate(attn) = attn else {
             panic!("llama's attention has separate projections")
         };
         assert!(attn.q_proj.bias.is_none());
         assert!(matches!(
-            m.layers[0].mlp,
+            m.layers[0].mlp(),
             zoo_attention::FeedForward::Gated(_)
         ));
         assert!(matches!(m.norm_f, Norm::RmsNorm(_)));
@@ -465,12 +466,12 @@ mod tests {
         let x = m.wte.forward(toks) + m.wpe.as_ref().unwrap().embedding.forward(pos);
         let layer = &m.layers[0];
         let attn = layer
-            .self_attn
-            .forward(zoo_attention::AttentionInput::new(layer.norm_1.forward(x.clone())).causal())
+            .self_attn()
+            .forward(zoo_attention::AttentionInput::new(layer.norm_1().forward(x.clone())).causal())
             .unwrap()
             .context;
         let h = x + attn;
-        let h = h.clone() + layer.mlp.forward(layer.norm_2.forward(h));
+        let h = h.clone() + layer.mlp().forward(layer.norm_2().forward(h));
         let w = m.wte.weight.val().transpose().unsqueeze::<3>(); // [1, D, V]
         let want = m.norm_f.forward(h).matmul(w);
         assert!(

@@ -92,11 +92,11 @@ fn logits_match_transformers() {
 fn the_fixtures_exercise_what_they_claim() {
     let device = test_device();
     let gpt2 = DecoderLm::from_pretrained(fixture("gpt2-tiny"), &device).unwrap();
-    let attn = &gpt2.layers[0].self_attn;
+    let attn = &gpt2.layers[0].self_attn();
     assert!(matches!(attn, SelfAttention::Fused(_)) && gpt2.lm_head.is_tied());
     assert_eq!(attn.n_heads(), 3);
     let llama = DecoderLm::from_pretrained(fixture("llama-tiny"), &device).unwrap();
-    let attn = &llama.layers[0].self_attn;
+    let attn = &llama.layers[0].self_attn();
     assert_eq!((attn.n_heads(), attn.n_kv_heads()), (8, 2));
     assert!(!llama.lm_head.is_tied());
     let cfg = HfDecoderConfig::from_pretrained(fixture("llama-tiny"))
@@ -111,7 +111,7 @@ fn the_fixtures_exercise_what_they_claim() {
     assert_eq!(mistral.sliding_window(), Some(4));
     assert!(expected("mistral-tiny").input_ids[0].len() > 4);
     let qwen = DecoderLm::from_pretrained(fixture("qwen2-tiny"), &device).unwrap();
-    let attn = &qwen.layers[0].self_attn;
+    let attn = &qwen.layers[0].self_attn();
     let SelfAttention::Separate(attn) = attn else {
         panic!("qwen2's attention has separate projections")
     };
@@ -120,17 +120,17 @@ fn the_fixtures_exercise_what_they_claim() {
     let phi3 = DecoderLm::from_pretrained(fixture("phi3-tiny"), &device).unwrap();
     let layer = &phi3.layers[0];
     assert_eq!(
-        (layer.self_attn.n_heads(), layer.self_attn.n_kv_heads()),
+        (layer.self_attn().n_heads(), layer.self_attn().n_kv_heads()),
         (6, 2)
     );
     // One [48, (6 + 2·2)·8] QKV matrix and one [48, 2·56] gate-up matrix, no biases.
-    let SelfAttention::Fused(attn) = &layer.self_attn else {
+    let SelfAttention::Fused(attn) = &layer.self_attn() else {
         panic!("phi3's attention is not fused")
     };
     let qkv = &attn.qkv_proj;
     assert_eq!(qkv.weight.dims(), [48, 80]);
     assert!(qkv.bias.is_none());
-    let zoo_attention::FeedForward::FusedGated(mlp) = &layer.mlp else {
+    let zoo_attention::FeedForward::FusedGated(mlp) = &layer.mlp() else {
         panic!("phi3's MLP is not the fused-gated form")
     };
     assert_eq!(mlp.gate_up_proj.weight.dims(), [48, 112]);

@@ -66,6 +66,17 @@ pub enum PositionBias {
     },
 }
 
+/// The order of a fused QKV projection's outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum QkvLayout {
+    /// `[Q heads | K heads | V heads]` (GPT-2's `c_attn`, Phi-3's `qkv_proj`).
+    #[default]
+    Blocked,
+    /// `[q, k, v]` of head 0, then of head 1, ... (GPT-NeoX's and BLOOM's
+    /// `query_key_value`). Needs as many KV heads as query heads.
+    PerHead,
+}
+
 /// Configuration of a [`SelfAttention`] or a [`CrossAttention`] layer.
 #[derive(Config, Debug)]
 pub struct MultiHeadAttentionConfig {
@@ -111,6 +122,15 @@ pub struct MultiHeadAttentionConfig {
     /// RoPE feature pairing. Default: half-split, as HF Llama.
     #[config(default = "RopeLayout::HalfSplit")]
     pub rope_layout: RopeLayout,
+    /// Features of each head that RoPE rotates: the first `rope_dim`, the rest passed
+    /// through (partial rotary: GPT-NeoX's `rotary_pct`, Phi-2's `partial_rotary_factor`).
+    /// Even, at most `head_dim`. Default: the whole head.
+    #[config(default = "None")]
+    pub rope_dim: Option<usize>,
+    /// How a fused QKV projection's outputs are ordered. Default: all queries, then all
+    /// keys, then all values (GPT-2, Phi-3).
+    #[config(default = "QkvLayout::Blocked")]
+    pub qkv_layout: QkvLayout,
     /// A relative-position bias on the scores (self-attention). Default: none.
     #[config(default = "PositionBias::None")]
     pub position_bias: PositionBias,
@@ -206,6 +226,27 @@ impl MultiHeadAttentionConfig {
             )
             .into());
         }
+        if let Some(r) = self.rope_dim
+            && (r == 0 || !r.is_multiple_of(2) || r > self.head_dim())
+        {
+            return Err(ConfigError::range(
+                "rope_dim",
+                format!("even, > 0 and at most head_dim {}", self.head_dim()),
+                r,
+            )
+            .into());
+        }
+        if self.rope_dim.is_some() && self.rope_max_len.is_none() {
+            return Err(ConfigError::conflict("rope_dim only means something with RoPE").into());
+        }
+        if self.qkv_layout == QkvLayout::PerHead && (!self.fused_qkv || kv != self.n_heads) {
+            return Err(ConfigError::conflict(format!(
+                "a per-head QKV layout needs fused_qkv and n_kv_heads = n_heads, got \
+                 fused_qkv {} and {kv} KV heads for {} heads",
+                self.fused_qkv, self.n_heads
+            ))
+            .into());
+        }
         if self.rope_max_len == Some(0) {
             return Err(ConfigError::zero("rope_max_len").into());
         }
@@ -296,7 +337,7 @@ impl MultiHeadAttentionConfig {
         let (d, h, kv, hd) = (self.d_model, self.n_heads, self.kv_heads(), self.head_dim());
         let rope = match self.rope_max_len {
             Some(max_len) => Some(
-                RotaryEncodingConfig::new(hd, max_len)
+                RotaryEncodingConfig::new(self.rope_dim.unwrap_or(hd), max_len)
                     .with_theta(self.rope_theta)
                     .with_layout(self.rope_layout)
                     .init(device)?,
@@ -327,6 +368,7 @@ impl MultiHeadAttentionConfig {
         Ok(if self.fused_qkv {
             SelfAttention::Fused(FusedQkv {
                 qkv_proj: self.linear(d, (h + 2 * kv) * hd, self.qkv_bias, device),
+                layout: self.qkv_layout,
                 o_proj,
                 relative_bias,
                 heads: self.heads(),
@@ -356,6 +398,8 @@ impl MultiHeadAttentionConfig {
         let self_only = [
             ("fused_qkv", self.fused_qkv),
             ("rope_max_len", self.rope_max_len.is_some()),
+            ("rope_dim", self.rope_dim.is_some()),
+            ("qkv_layout", self.qkv_layout != QkvLayout::Blocked),
             ("position_bias", self.position_bias != PositionBias::None),
             ("window", self.window.is_some()),
         ];

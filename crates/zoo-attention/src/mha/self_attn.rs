@@ -9,7 +9,7 @@ use std::ops::Range;
 use burn::tensor::{Device, Tensor};
 
 use super::heads::{Heads, rotate_qk};
-use super::{AttentionInput, AttentionKernel, AttentionOutput};
+use super::{AttentionInput, AttentionKernel, AttentionOutput, QkvLayout};
 use crate::block::linear_rows;
 use crate::cache::KvCache;
 use crate::error::{AttentionError, Result, check_shape};
@@ -55,6 +55,9 @@ pub struct SeparateQkv {
 pub struct FusedQkv {
     /// Fused Q, K, V projection `[d_model, (H + 2 Hkv) Dh]`.
     pub qkv_proj: Linear,
+    /// The order of its outputs.
+    #[module(skip)]
+    pub layout: QkvLayout,
     /// Output projection `[H Dh, d_model]`.
     pub o_proj: Linear,
     /// T5's relative bias table, when configured.
@@ -157,6 +160,17 @@ impl SelfAttention {
                 let (h, kv, hd) = (f.heads.n_heads, f.heads.n_kv_heads, f.heads.head_dim);
                 let [b, t, _] = x.dims();
                 let all = linear_rows(&f.qkv_proj, x); // [B, T, (H + 2 Hkv) Dh]
+                if f.layout == QkvLayout::PerHead {
+                    // [B, T, H, 3 Dh] -> each of q, k, v as [B, H, T, Dh]
+                    let per_head = all.reshape([b, t, h, 3 * hd]);
+                    let part = |i: usize| {
+                        per_head
+                            .clone()
+                            .slice([0..b, 0..t, 0..h, i * hd..(i + 1) * hd])
+                            .swap_dims(1, 2)
+                    };
+                    return [part(0), part(1), part(2)];
+                }
                 let q = all.clone().slice([0..b, 0..t, 0..h * hd]);
                 let k = all.clone().slice([0..b, 0..t, h * hd..(h + kv) * hd]);
                 let v = all.slice([0..b, 0..t, (h + kv) * hd..(h + 2 * kv) * hd]);

@@ -1,0 +1,112 @@
+//! The layers a decoder stacks: one enum of the real layer types, so one [`DecoderLm`]
+//! holds any of them and a checkpoint's names stay `layers.N.*` (Burn leaves variant
+//! names out of module paths).
+//!
+//! - [`DecoderLayer::Sequential`]: attention, then the MLP, each `x + f(norm(x))`
+//!   (GPT-2, Llama, Mistral, Qwen2, Phi-3);
+//! - [`DecoderLayer::Parallel`]: attention and the MLP on the same input,
+//!   `x + attn(norm_1(x)) + mlp(norm_2(x))` (GPT-NeoX / Pythia).
+//!
+//! [`DecoderLm`]: crate::DecoderLm
+
+use burn::module::Module;
+use serde::{Deserialize, Serialize};
+use zoo_attention::{
+    BlockInput, BlockOutput, FeedForward, KvCache, Norm, ParallelBlock, SelfAttention,
+    TransformerBlock, TransformerBlockConfig,
+};
+
+use crate::error::Result;
+
+/// Which layer a [`crate::DecoderConfig`] stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LayerKind {
+    /// Attention, then the MLP.
+    #[default]
+    Sequential,
+    /// Attention and the MLP side by side, one residual.
+    Parallel,
+}
+
+/// One layer of a decoder-only model.
+#[derive(Module, Debug)]
+pub enum DecoderLayer {
+    /// Attention, then the MLP.
+    Sequential(TransformerBlock),
+    /// Attention and the MLP side by side.
+    Parallel(ParallelBlock),
+}
+
+impl DecoderLayer {
+    /// Builds a layer of `kind` from the shared parts.
+    ///
+    /// # Errors
+    /// The parts' configuration errors.
+    pub fn new(
+        kind: LayerKind,
+        block: &TransformerBlockConfig,
+        device: &burn::tensor::Device,
+    ) -> Result<Self> {
+        Ok(match kind {
+            LayerKind::Sequential => Self::Sequential(block.init(device)?),
+            LayerKind::Parallel => Self::Parallel(block.clone().parallel().init(device)?),
+        })
+    }
+
+    /// The layer's self-attention.
+    pub fn self_attn(&self) -> &SelfAttention {
+        match self {
+            Self::Sequential(b) => &b.self_attn,
+            Self::Parallel(b) => &b.self_attn,
+        }
+    }
+
+    /// The norm before self-attention.
+    pub fn norm_1(&self) -> &Norm {
+        match self {
+            Self::Sequential(b) => &b.norm_1,
+            Self::Parallel(b) => &b.norm_1,
+        }
+    }
+
+    /// The norm before the feed-forward network.
+    pub fn norm_2(&self) -> &Norm {
+        match self {
+            Self::Sequential(b) => &b.norm_2,
+            Self::Parallel(b) => &b.norm_2,
+        }
+    }
+
+    /// The layer's feed-forward network.
+    pub fn mlp(&self) -> &FeedForward {
+        match self {
+            Self::Sequential(b) => &b.mlp,
+            Self::Parallel(b) => &b.mlp,
+        }
+    }
+
+    /// Runs the layer over a whole sequence.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
+    ///
+    /// # Errors
+    /// Input shapes the attention layer rejects.
+    pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
+        Ok(match self {
+            Self::Sequential(b) => b.forward(input)?,
+            Self::Parallel(b) => b.forward(input)?,
+        })
+    }
+
+    /// Runs the layer over new positions, extending `cache`.
+    ///
+    /// # Errors
+    /// As [`Self::forward`], and a full cache.
+    pub fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
+        Ok(match self {
+            Self::Sequential(b) => b.forward_cached(input, cache)?,
+            Self::Parallel(b) => b.forward_cached(input, cache)?,
+        })
+    }
+}

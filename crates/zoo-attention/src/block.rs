@@ -598,6 +598,7 @@ impl Sublayers<'_> {
 mod tests {
     use super::*;
     use crate::ffn::FfnActivation;
+    use burn::nn::Initializer;
     use burn::tensor::Distribution;
     use zoo_device::test_device;
     use zoo_device::testing::max_abs_diff;
@@ -701,6 +702,66 @@ mod tests {
             };
             assert!(max_abs_diff(&got, &expected) < 1e-5, "{placement:?}");
         }
+    }
+
+    #[test]
+    fn a_parallel_block_adds_both_branches_of_one_input() {
+        let dev = test_device();
+        let input = x(2, 4, 16);
+        // Weights large enough that attention moves the MLP's input far above rounding.
+        let wide = Initializer::Normal {
+            mean: 0.0,
+            std: 0.5,
+        };
+        let p = TransformerBlockConfig::new(
+            MultiHeadAttentionConfig::new(16, 4).with_initializer(wide.clone()),
+            FeedForwardConfig::new(16, 32).with_initializer(wide),
+        )
+        .parallel()
+        .init(&dev)
+        .unwrap();
+        let got = p
+            .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
+            .unwrap()
+            .hidden;
+        let attn = p
+            .self_attn
+            .forward(AttentionInput::new(p.norm_1.forward(input.clone())).causal())
+            .unwrap()
+            .context;
+        let mlp = p.mlp.forward(p.norm_2.forward(input.clone()));
+        let want = input.clone() + attn + mlp;
+        assert!(max_abs_diff(&got, &want) < 1e-5);
+        // Negative control: the same parts run one after the other give another output.
+        let seq = TransformerBlock {
+            self_attn: p.self_attn.clone(),
+            norm_1: p.norm_1.clone(),
+            mlp: p.mlp.clone(),
+            norm_2: p.norm_2.clone(),
+            dropout: p.dropout.clone(),
+            placement: NormPlacement::Pre,
+        };
+        let other = seq
+            .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
+            .unwrap()
+            .hidden;
+        assert!(max_abs_diff(&got, &other) > 1e-3);
+        // The cache gives the full forward's output, step by step.
+        let mut cache = KvCache::new(8);
+        let steps: Vec<_> = (0..4)
+            .map(|i| {
+                let step = input.clone().slice([0..2, i..i + 1, 0..16]);
+                p.forward_cached(BlockInput::new(step), &mut cache)
+                    .unwrap()
+                    .hidden
+            })
+            .collect();
+        assert!(max_abs_diff(&got, &Tensor::cat(steps, 1)) < 1e-5);
+        let e = config(NormPlacement::Post)
+            .parallel()
+            .init(&dev)
+            .unwrap_err();
+        assert!(e.to_string().contains("its placement must be Pre"), "{e}");
     }
 
     #[test]

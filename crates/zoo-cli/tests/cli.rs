@@ -163,6 +163,7 @@ fn forward_matches_transformers_for_every_family() {
         "mistral-tiny",
         "qwen2-tiny",
         "phi3-tiny",
+        "gpt-neox-tiny",
     ] {
         let dir = fixture("zoo-decoder", name);
         let e = read_json(&dir.join("expected.json"));
@@ -270,7 +271,7 @@ fn forward_matches_transformers_for_every_family() {
 #[test]
 fn generate_streams_the_library_s_greedy_text() {
     let device = test_device();
-    for name in ["gpt2-tiny", "llama-tiny", "phi3-tiny"] {
+    for name in ["gpt2-tiny", "llama-tiny", "phi3-tiny", "gpt-neox-tiny"] {
         let dir = fixture("zoo-decoder", name);
         let prompt = "ROMEO: Wherefore art";
         let run = ok(&[
@@ -574,7 +575,7 @@ fn bad_input_is_one_line_naming_the_problem() {
     };
     let deeper = folder("deeper", &|c| c["n_layer"] = 3.into(), true);
     let wider = folder("wider", &|c| c["n_inner"] = 48.into(), true);
-    let neox = folder("neox", &|c| c["model_type"] = "gpt_neox".into(), true);
+    let falcon = folder("falcon", &|c| c["model_type"] = "falcon".into(), true);
     let bart = folder("bart", &|c| c["model_type"] = "bart".into(), true);
     let qa = folder(
         "qa",
@@ -658,9 +659,9 @@ fn bad_input_is_one_line_naming_the_problem() {
             "config.json: EOF while parsing a value".into(),
         ),
         (
-            args(&["info", "--model", &neox]),
-            "unknown model_type \"gpt_neox\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, bert, roberta, vit, t5, marian"
+            args(&["info", "--model", &falcon]),
+            "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
+             mistral, qwen2, phi3, gpt_neox, bert, roberta, vit, t5, marian"
                 .into(),
         ),
         (
@@ -753,7 +754,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             args(&["generate", "--model", bert, "--prompt", "hello"]),
-            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3)".into(),
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox)".into(),
         ),
         (
             args(&[

@@ -9,14 +9,16 @@
 //! KV cache through [`zoo_core::generate()`].
 //!
 //! HF checkpoints (`GPT2LMHeadModel`, `LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`, and [`phi3`]'s `Phi3ForCausalLM` with fused QKV and gate-up
-//! projections) load and save through [`pretrained`], and their `tokenizer.json` through
+//! `Qwen2ForCausalLM`, [`phi3`]'s `Phi3ForCausalLM` with fused QKV and gate-up
+//! projections, and [`gpt_neox`]'s `GPTNeoXForCausalLM` with parallel layers and
+//! partial rotary) load and save through [`pretrained`], and their `tokenizer.json` through
 //! [`LmTokenizer`]. [`registry`] lists them as rows for `zoo-hub`'s `AutoModel`.
 #![warn(missing_docs)]
 
 pub mod bigram;
 pub mod config;
 mod error;
+pub mod gpt_neox;
 pub mod layer;
 mod lm;
 pub mod model;
@@ -26,6 +28,7 @@ pub mod registry;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
+pub use gpt_neox::GptNeoXConfig;
 pub use layer::{DecoderLayer, LayerKind};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
 pub use phi3::Phi3Config;

@@ -38,6 +38,7 @@ use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
+use crate::gpt_neox::{self, GptNeoXConfig};
 use crate::model::DecoderLm;
 use crate::phi3::{self, Phi3Config};
 use crate::registry::ARCHITECTURES;
@@ -193,6 +194,8 @@ pub enum HfDecoderConfig {
     Llama(LlamaConfig),
     /// `phi3`.
     Phi3(Phi3Config),
+    /// `gpt_neox`.
+    GptNeoX(GptNeoXConfig),
 }
 
 /// A checkpoint setting the zoo does not implement: its name, its value, and what is.
@@ -223,6 +226,7 @@ impl HfDecoderConfig {
             "gpt2" => serde_json::from_value(json).map(Self::Gpt2),
             "llama" | "mistral" | "qwen2" => serde_json::from_value(json).map(Self::Llama),
             phi3::MODEL_TYPE => serde_json::from_value(json).map(Self::Phi3),
+            gpt_neox::MODEL_TYPE => serde_json::from_value(json).map(Self::GptNeoX),
             other => {
                 let known: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
                 return Err(bad(format!(
@@ -243,6 +247,7 @@ impl HfDecoderConfig {
             Self::Gpt2(_) => "gpt2",
             Self::Llama(c) => &c.model_type,
             Self::Phi3(_) => phi3::MODEL_TYPE,
+            Self::GptNeoX(_) => gpt_neox::MODEL_TYPE,
         }
     }
 
@@ -266,6 +271,7 @@ impl HfDecoderConfig {
             Self::Gpt2(c) => &c.eos_token_id,
             Self::Llama(c) => &c.eos_token_id,
             Self::Phi3(c) => &c.eos_token_id,
+            Self::GptNeoX(c) => &c.eos_token_id,
         };
         eos.as_ref().map(TokenIds::ids).unwrap_or_default()
     }
@@ -275,6 +281,7 @@ impl HfDecoderConfig {
             Self::Gpt2(c) => c.tie_word_embeddings,
             Self::Llama(c) => c.tie_word_embeddings,
             Self::Phi3(c) => c.tie_word_embeddings,
+            Self::GptNeoX(c) => c.tie_word_embeddings,
         }
     }
 
@@ -288,6 +295,7 @@ impl HfDecoderConfig {
             Self::Gpt2(c) => gpt2_decoder(c)?,
             Self::Llama(c) => llama_decoder(c)?,
             Self::Phi3(c) => c.decoder()?,
+            Self::GptNeoX(c) => c.decoder()?,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -304,6 +312,7 @@ impl HfDecoderConfig {
             Self::Llama(_) | Self::Phi3(_) => KeyMap::new()
                 .names(&LLAMA_NAMES)
                 .ignore(r"\.rotary_emb\.inv_freq$"),
+            Self::GptNeoX(_) => gpt_neox::key_map(),
         };
         if self.tied() {
             // A tied head is the embedding; a copy in the file is not another weight.
@@ -512,6 +521,9 @@ impl DecoderLm {
                 checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
             }
             HfDecoderConfig::Phi3(c) => {
+                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
+            }
+            HfDecoderConfig::GptNeoX(c) => {
                 checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
             }
         }?)

@@ -34,6 +34,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
     causal_lm("mistral", "MistralForCausalLM"),
     causal_lm("qwen2", "Qwen2ForCausalLM"),
     causal_lm(crate::phi3::MODEL_TYPE, crate::phi3::ARCHITECTURE),
+    causal_lm(crate::gpt_neox::MODEL_TYPE, crate::gpt_neox::ARCHITECTURE),
 ];
 
 /// A causal-LM checkpoint with its HF config.
@@ -115,7 +116,10 @@ mod tests {
     #[test]
     fn every_row_names_a_model_type_the_config_reader_takes() {
         let types: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
-        assert_eq!(types, ["gpt2", "llama", "mistral", "qwen2", "phi3"]);
+        assert_eq!(
+            types,
+            ["gpt2", "llama", "mistral", "qwen2", "phi3", "gpt_neox"]
+        );
         for a in ARCHITECTURES {
             assert!(
                 a.serves(Task::Generate) && !a.serves(Task::Classify),

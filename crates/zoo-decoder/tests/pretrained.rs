@@ -17,12 +17,13 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 
-const MODELS: [&str; 5] = [
+const MODELS: [&str; 6] = [
     "gpt2-tiny",
     "llama-tiny",
     "mistral-tiny",
     "qwen2-tiny",
     "phi3-tiny",
+    "gpt-neox-tiny",
 ];
 
 fn fixture(name: &str) -> PathBuf {
@@ -136,6 +137,20 @@ fn the_fixtures_exercise_what_they_claim() {
     assert_eq!(mlp.gate_up_proj.weight.dims(), [48, 112]);
     assert!(!phi3.lm_head.is_tied() && phi3.sliding_window() == Some(6));
     assert!(expected("phi3-tiny").input_ids[0].len() > 6);
+    let neox = DecoderLm::from_pretrained(fixture("gpt-neox-tiny"), &device).unwrap();
+    let zoo_decoder::DecoderLayer::Parallel(layer) = &neox.layers[0] else {
+        panic!("gpt-neox's layers are not parallel")
+    };
+    let SelfAttention::Fused(attn) = &layer.self_attn else {
+        panic!("gpt-neox's attention is not fused")
+    };
+    // Three 16-wide heads ordered per head, RoPE on the first 4 features of each, biases.
+    assert_eq!(attn.layout, zoo_attention::QkvLayout::PerHead);
+    assert_eq!(attn.qkv_proj.weight.dims(), [48, 144]);
+    assert!(attn.qkv_proj.bias.is_some() && attn.o_proj.bias.is_some());
+    let rope = attn.positions.rope.as_ref().expect("gpt-neox rotates");
+    assert_eq!(rope.rotary_dim(), 4);
+    assert!(!neox.lm_head.is_tied());
 }
 
 #[test]
@@ -323,13 +338,16 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
         assert!(e.contains(want), "{want:?} not in:\n{e}");
     }
     // An unknown model_type names the supported ones; no config at all names the file.
-    cfg["model_type"] = "gpt_neox".into();
+    cfg["model_type"] = "falcon".into();
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let e = DecoderLm::from_pretrained(&dir, &device)
         .unwrap_err()
         .to_string();
     assert!(
-        e.ends_with("model_type \"gpt_neox\" is not a decoder this crate loads; it loads gpt2, llama, mistral, qwen2, phi3"),
+        e.ends_with(
+            "model_type \"falcon\" is not a decoder this crate loads; it loads gpt2, llama, \
+             mistral, qwen2, phi3, gpt_neox"
+        ),
         "{e}"
     );
     std::fs::remove_file(dir.join("config.json")).unwrap();

@@ -660,3 +660,94 @@ fn chunked_kernel_equals_fused() {
         .context;
     assert!(max_abs_diff(&a, &b) < 1e-5, "{}", max_abs_diff(&a, &b));
 }
+
+#[test]
+fn a_per_head_qkv_equals_separate_projections_of_its_deinterleaved_columns() {
+    // GPT-NeoX's order: for each head h, its q, k and v columns side by side.
+    let (d, h) = (8, 2);
+    let hd = d / h;
+    let sep = mha(MultiHeadAttentionConfig::new(d, h).with_rope_max_len(Some(8)));
+    let mut fused = mha(MultiHeadAttentionConfig::new(d, h)
+        .with_fused_qkv(true)
+        .with_qkv_layout(QkvLayout::PerHead)
+        .with_rope_max_len(Some(8)));
+    let s = separate(&sep);
+    let cols = |w: Tensor<2>, head: usize| w.slice([0..d, head * hd..(head + 1) * hd]);
+    let bias = |b: Tensor<1>, head: usize| b.narrow(0, head * hd, hd);
+    let (mut ws, mut bs) = (Vec::new(), Vec::new());
+    for head in 0..h {
+        for p in [&s.q_proj, &s.k_proj, &s.v_proj] {
+            ws.push(cols(p.weight.val(), head));
+            bs.push(bias(p.bias.as_ref().unwrap().val(), head));
+        }
+    }
+    let SelfAttention::Fused(f) = &mut fused else {
+        panic!("fused_qkv builds a fused layer");
+    };
+    f.qkv_proj.weight = burn::module::Param::from_tensor(Tensor::cat(ws, 1));
+    f.qkv_proj.bias = Some(burn::module::Param::from_tensor(Tensor::cat(bs, 0)));
+    f.o_proj = sep.o_proj().clone();
+    let input = x(2, 5, d, 21);
+    let run = |m: &SelfAttention| {
+        m.forward(AttentionInput::new(input.clone()).causal())
+            .unwrap()
+            .context
+    };
+    let (a, b) = (run(&sep), run(&fused));
+    assert!(max_abs_diff(&a, &b) < 1e-5, "{}", max_abs_diff(&a, &b));
+    // Negative control: the same matrix read as blocked [Q | K | V] is another layer.
+    let SelfAttention::Fused(f) = &mut fused else {
+        unreachable!()
+    };
+    f.layout = QkvLayout::Blocked;
+    assert!(max_abs_diff(&a, &run(&fused)) > 1e-3);
+}
+
+#[test]
+fn partial_rotary_turns_the_first_features_and_passes_the_rest() {
+    use crate::position::RotaryEncodingConfig;
+    let dev = test_device();
+    let partial = RotaryEncodingConfig::new(4, 16).init(&dev).unwrap();
+    assert_eq!(partial.rotary_dim(), 4);
+    let q = Tensor::<4>::random([1, 2, 3, 8], Distribution::Normal(0.0, 1.0), &dev);
+    let out = partial.forward(q.clone(), 5).unwrap();
+    let head = |t: Tensor<4>, r: std::ops::Range<usize>| t.slice([0..1, 0..2, 0..3, r]);
+    // The last 4 features pass through; the first 4 are what a 4-wide RoPE makes of them.
+    assert_eq!(
+        max_abs_diff(&head(out.clone(), 4..8), &head(q.clone(), 4..8)),
+        0.0
+    );
+    let full = partial.forward(head(q.clone(), 0..4), 5).unwrap();
+    assert!(max_abs_diff(&head(out.clone(), 0..4), &full) < 1e-6);
+    assert!(
+        max_abs_diff(&head(out, 0..4), &head(q, 0..4)) > 1e-2,
+        "nothing turned"
+    );
+    // The setting is checked: even, and within the head.
+    for (dim, want) in [
+        (
+            3,
+            "rope_dim must be even, > 0 and at most head_dim 4, got 3",
+        ),
+        (
+            6,
+            "rope_dim must be even, > 0 and at most head_dim 4, got 6",
+        ),
+    ] {
+        let e = MultiHeadAttentionConfig::new(8, 2)
+            .with_rope_max_len(Some(8))
+            .with_rope_dim(Some(dim))
+            .init(&dev)
+            .unwrap_err();
+        assert_eq!(e.to_string(), want);
+    }
+    let e = MultiHeadAttentionConfig::new(8, 2)
+        .with_qkv_layout(QkvLayout::PerHead)
+        .init(&dev)
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("a per-head QKV layout needs fused_qkv"),
+        "{e}"
+    );
+}

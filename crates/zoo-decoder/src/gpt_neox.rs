@@ -1,0 +1,271 @@
+//! GPT-NeoX (Black et al., 2022, "GPT-NeoX-20B") and the Pythia suite (Biderman et al.,
+//! 2023), as HF's `models/gpt_neox/modeling_gpt_neox.py` runs them: LayerNorm with
+//! biases, exact GELU, biases on every projection, an untied head, and two layouts of its
+//! own:
+//! - attention and the MLP side by side (`use_parallel_residual`, the default):
+//!   `x + attn(ln_1(x)) + mlp(ln_2(x))`, a [`crate::DecoderLayer::Parallel`];
+//! - partial rotary: RoPE on the first `rotary_pct` of each head (Pythia: 25%), the rest
+//!   passed through;
+//! - one `query_key_value` projection ordered per head (`[q, k, v]` of head 0, then head
+//!   1, ...), a [`zoo_attention::QkvLayout::PerHead`].
+//!
+//! | HF name | module path |
+//! |---|---|
+//! | `gpt_neox.embed_in` | `wte` |
+//! | `gpt_neox.layers.N.input_layernorm` | `layers.N.norm_1` |
+//! | `gpt_neox.layers.N.post_attention_layernorm` | `layers.N.norm_2` |
+//! | `gpt_neox.layers.N.attention.query_key_value` | `layers.N.self_attn.qkv_proj` |
+//! | `gpt_neox.layers.N.attention.dense` | `layers.N.self_attn.o_proj` |
+//! | `gpt_neox.layers.N.mlp.dense_h_to_4h` | `layers.N.mlp.up_proj` |
+//! | `gpt_neox.layers.N.mlp.dense_4h_to_h` | `layers.N.mlp.down_proj` |
+//! | `gpt_neox.final_layer_norm` | `norm_f` |
+//! | `embed_out` | `lm_head` |
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use zoo_attention::{HiddenAct, QkvLayout, RopeLayout};
+use zoo_core::ConfigError;
+use zoo_core::checkpoint::{KeyMap, TokenIds};
+
+use crate::config::{DecoderConfig, PositionKind};
+use crate::error::Result;
+use crate::layer::LayerKind;
+use crate::pretrained::{RopeParameters, rope_theta};
+
+/// `config.json`'s `model_type`.
+pub const MODEL_TYPE: &str = "gpt_neox";
+/// HF's class name of the causal LM.
+pub const ARCHITECTURE: &str = "GPTNeoXForCausalLM";
+
+/// HF's names and module paths.
+const NAMES: [(&str, &str); 9] = [
+    ("gpt_neox.embed_in.", "wte."),
+    ("gpt_neox.layers.{n}.input_layernorm.", "layers.{n}.norm_1."),
+    (
+        "gpt_neox.layers.{n}.post_attention_layernorm.",
+        "layers.{n}.norm_2.",
+    ),
+    (
+        "gpt_neox.layers.{n}.attention.query_key_value.",
+        "layers.{n}.self_attn.qkv_proj.",
+    ),
+    (
+        "gpt_neox.layers.{n}.attention.dense.",
+        "layers.{n}.self_attn.o_proj.",
+    ),
+    (
+        "gpt_neox.layers.{n}.mlp.dense_h_to_4h.",
+        "layers.{n}.mlp.up_proj.",
+    ),
+    (
+        "gpt_neox.layers.{n}.mlp.dense_4h_to_h.",
+        "layers.{n}.mlp.down_proj.",
+    ),
+    ("gpt_neox.final_layer_norm.", "norm_f."),
+    ("embed_out.", "lm_head."),
+];
+
+/// The name map of a GPT-NeoX checkpoint: [`NAMES`], and the buffers older files keep
+/// (the causal mask, RoPE's frequencies), which are not weights.
+pub(crate) fn key_map() -> KeyMap {
+    KeyMap::new()
+        .names(&NAMES)
+        .ignore(r"\.attention\.(bias|masked_bias)$")
+        .ignore(r"\.rotary_emb\.inv_freq$")
+}
+
+fn gelu() -> HiddenAct {
+    HiddenAct::Gelu
+}
+
+fn eps_1e5() -> f64 {
+    1e-5
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// HF's `GPTNeoXConfig`, with its field names. Fields the zoo does not use (the
+/// dropouts, `initializer_range`, ...) are kept in `other` and written back on saving.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GptNeoXConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Number of layers.
+    pub num_hidden_layers: usize,
+    /// Number of heads (as many for keys and values).
+    pub num_attention_heads: usize,
+    /// MLP non-linearity. Default: exact `gelu`.
+    #[serde(default = "gelu")]
+    pub hidden_act: HiddenAct,
+    /// Longest sequence.
+    pub max_position_embeddings: usize,
+    /// LayerNorm epsilon. Default: 1e-5.
+    #[serde(default = "eps_1e5")]
+    pub layer_norm_eps: f64,
+    /// The LM head is the token embedding. Default: false.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Attention and the MLP side by side. Default: true.
+    #[serde(default = "yes")]
+    pub use_parallel_residual: bool,
+    /// Biases on the attention's projections. Default: true.
+    #[serde(default = "yes")]
+    pub attention_bias: bool,
+    /// The rotated share of each head, in older configs (recent ones put it in
+    /// `rope_parameters.partial_rotary_factor`). Default: 0.25, as HF.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_pct: Option<f64>,
+    /// The RoPE base, in older configs. Default: 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotary_emb_base: Option<f64>,
+    /// The RoPE settings of recent configs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_parameters: Option<RopeParameters>,
+    /// RoPE scaling; only `null` or `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<Value>,
+    /// Start-of-text token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<usize>,
+    /// End-of-text token(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos_token_id: Option<TokenIds>,
+    /// Every other field of the file.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+impl GptNeoXConfig {
+    /// The rotated share of each head: `rope_parameters.partial_rotary_factor`, else
+    /// `rotary_pct`, else HF's default of 0.25.
+    pub fn partial_rotary_factor(&self) -> f64 {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|p| p.other.get("partial_rotary_factor"))
+            .and_then(Value::as_f64)
+            .or(self.rotary_pct)
+            .unwrap_or(0.25)
+    }
+
+    /// The zoo's configuration of the same model.
+    ///
+    /// # Errors
+    /// A rotated share that leaves an odd or empty number of features, or a RoPE type the
+    /// zoo does not implement.
+    pub fn decoder(&self) -> Result<DecoderConfig> {
+        let heads = self.num_attention_heads.max(1);
+        let head_dim = self.hidden_size / heads;
+        let factor = self.partial_rotary_factor();
+        // HF truncates: `int(head_dim * partial_rotary_factor)`.
+        let rope_dim = (head_dim as f64 * factor) as usize;
+        if !(factor > 0.0 && factor <= 1.0) || rope_dim == 0 || !rope_dim.is_multiple_of(2) {
+            return Err(ConfigError::range(
+                "partial_rotary_factor",
+                format!("in (0, 1] and rotate an even number of the {head_dim} features per head"),
+                factor,
+            )
+            .into());
+        }
+        let theta = rope_theta(
+            self.rope_parameters.as_ref(),
+            self.rope_scaling.as_ref(),
+            self.rotary_emb_base,
+        )?;
+        let layer = if self.use_parallel_residual {
+            LayerKind::Parallel
+        } else {
+            LayerKind::Sequential
+        };
+        Ok(DecoderConfig::new(
+            self.vocab_size,
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.num_attention_heads,
+            self.max_position_embeddings,
+        )
+        .with_d_ff(Some(self.intermediate_size))
+        .with_activation(self.hidden_act.ffn())
+        .with_norm_eps(self.layer_norm_eps)
+        .with_positions(PositionKind::Rope {
+            theta,
+            layout: RopeLayout::HalfSplit,
+        })
+        .with_rope_dim((rope_dim < head_dim).then_some(rope_dim))
+        .with_qkv_layout(QkvLayout::PerHead)
+        .with_qkv_bias(Some(self.attention_bias))
+        .with_out_bias(Some(self.attention_bias))
+        .with_mlp_bias(Some(true))
+        .with_tie_embeddings(self.tie_word_embeddings)
+        .with_layer(layer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: Value) -> Result<DecoderConfig> {
+        let mut json = serde_json::json!({
+            "model_type": "gpt_neox", "vocab_size": 50, "hidden_size": 32,
+            "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
+            "max_position_embeddings": 16,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            json[k] = v.clone();
+        }
+        serde_json::from_value::<GptNeoXConfig>(json)
+            .unwrap()
+            .decoder()
+    }
+
+    #[test]
+    fn pythia_defaults_are_parallel_with_a_quarter_rotated() {
+        let d = config(serde_json::json!({})).unwrap();
+        assert_eq!(d.layer, LayerKind::Parallel);
+        assert_eq!(d.qkv_layout, QkvLayout::PerHead);
+        // 8 features per head, a quarter rotated.
+        assert_eq!(d.rope_dim, Some(2));
+        assert!(matches!(d.positions, PositionKind::Rope { theta, .. } if theta == 10000.0));
+        assert!(d.fused_qkv && !d.tie_embeddings);
+        let old = config(
+            serde_json::json!({"rotary_pct": 0.5, "rotary_emb_base": 500.0,
+            "use_parallel_residual": false}),
+        )
+        .unwrap();
+        assert_eq!((old.rope_dim, old.layer), (Some(4), LayerKind::Sequential));
+        assert!(matches!(old.positions, PositionKind::Rope { theta, .. } if theta == 500.0));
+        let new = config(
+            serde_json::json!({"rope_parameters": {"rope_type": "default",
+            "rope_theta": 700.0, "partial_rotary_factor": 1.0}}),
+        )
+        .unwrap();
+        assert_eq!(new.rope_dim, None, "the whole head is rotated");
+        assert!(matches!(new.positions, PositionKind::Rope { theta, .. } if theta == 700.0));
+    }
+
+    #[test]
+    fn a_rotated_share_that_does_not_fit_is_named() {
+        for (pct, want) in [
+            (0.1, "partial_rotary_factor must be in (0, 1]"),
+            (1.5, "got 1.5"),
+        ] {
+            let e = config(serde_json::json!({ "rotary_pct": pct }))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = config(serde_json::json!({"rope_scaling": {"type": "linear", "factor": 2.0}}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rope_scaling") && e.contains("is not supported"),
+            "{e}"
+        );
+    }
+}

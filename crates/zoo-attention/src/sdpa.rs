@@ -145,26 +145,8 @@ pub fn attention_fused(
     } else {
         (compact.clone().map(|m| m.expand(shape)), false)
     };
-    // burn-tch 0.22.1 hands Burn's boolean mask straight to torch's SDPA, where true means
-    // "may attend" (burn-tch `ops/module.rs`, `attention`).
-    let (kernel_mask, bias, is_causal) = if !zoo_device::is_libtorch(&device) {
-        (burn_mask, bias, is_causal)
-    } else if !device.is_autodiff() && bias.is_none() {
-        // So the mask goes in inverted. Torch refuses a mask together with its causal flag:
-        // with a mask, the positional rule goes into it.
-        match &compact {
-            Some(m) => (Some(m.clone().expand(shape).bool_not()), None, false),
-            None => (None, None, is_causal),
-        }
-    } else {
-        // Given a bias, or under autodiff, Burn decomposes the op; an additive mask means
-        // the same to every path.
-        let bias = match (bias, burn_mask.map(crate::mask::to_additive)) {
-            (Some(b), Some(a)) => Some(b + a),
-            (b, a) => b.or(a),
-        };
-        (None, bias, is_causal)
-    };
+    let (kernel_mask, bias, is_causal) =
+        kernel_masks(&device, burn_mask, compact.as_ref(), bias, is_causal, shape);
     let options = AttentionModuleOptions {
         scale: Some(default_scale(d, scale)),
         softcap: None,
@@ -189,6 +171,40 @@ pub fn attention_fused(
         }
         None => out,
     })
+}
+
+/// The masks Burn's `attention` op is handed, on the device it runs on. On every backend
+/// but libtorch, Burn's boolean mask (true = hidden) and the bias as they are.
+///
+/// libtorch is the one exception, and this is the one place that knows it: burn-tch 0.22.1
+/// hands Burn's boolean mask straight to torch's SDPA, where true means "may attend"
+/// (burn-tch `ops/module.rs`, `attention`). So on the plain device the compact mask goes
+/// in inverted, with the positional rule inside it (torch refuses a mask together with its
+/// causal flag). Given a bias, or under autodiff, Burn decomposes the op instead, and an
+/// additive mask means the same to every path. `fused_equals_reference` (below) checks all
+/// three paths against the reference kernel.
+fn kernel_masks(
+    device: &Device,
+    burn_mask: Option<Tensor<4, Bool>>,
+    compact: Option<&Tensor<4, Bool>>,
+    bias: Option<Tensor<4>>,
+    is_causal: bool,
+    shape: [usize; 4],
+) -> (Option<Tensor<4, Bool>>, Option<Tensor<4>>, bool) {
+    if !zoo_device::is_libtorch(device) {
+        (burn_mask, bias, is_causal)
+    } else if !device.is_autodiff() && bias.is_none() {
+        match compact {
+            Some(m) => (Some(m.clone().expand(shape).bool_not()), None, false),
+            None => (None, None, is_causal),
+        }
+    } else {
+        let bias = match (bias, burn_mask.map(crate::mask::to_additive)) {
+            (Some(b), Some(a)) => Some(b + a),
+            (b, a) => b.or(a),
+        };
+        (None, bias, is_causal)
+    }
 }
 
 /// Expands grouped KV heads to one per query head: head `h` of the output is KV head
@@ -563,6 +579,38 @@ mod tests {
             let causal = attention_fused(q.clone(), k.clone(), v.clone(), &Mask::causal(), None);
             let full = attention_fused(q.clone(), k.clone(), v.clone(), &Mask::none(), None);
             assert!(max_abs_diff(&causal.unwrap(), &full.unwrap()) > 1e-2);
+        }
+    }
+
+    #[test]
+    fn libtorch_gets_the_mask_inverted_and_the_rest_as_burn_defines_it() {
+        let plain = test_device();
+        let hidden = [false, true, false];
+        for dev in [plain.clone(), plain.autodiff()] {
+            let m =
+                Tensor::<4, Bool>::from_data(TensorData::new(hidden.to_vec(), [1, 1, 1, 3]), &dev);
+            let (mask, bias, causal) =
+                kernel_masks(&dev, Some(m.clone()), Some(&m), None, false, [1, 1, 1, 3]);
+            assert!(!causal);
+            match (zoo_device::is_libtorch(&dev), dev.is_autodiff()) {
+                (true, false) => {
+                    assert!(bias.is_none());
+                    // torch's "may attend": the negation of Burn's "hidden".
+                    assert_eq!(
+                        zoo_device::testing::bools(mask.unwrap()),
+                        [true, false, true]
+                    );
+                }
+                (true, true) => {
+                    assert!(mask.is_none());
+                    let b = zoo_device::testing::floats(bias.unwrap());
+                    assert!(b[0] == 0.0 && b[2] == 0.0 && b[1] < -1e30, "{b:?}");
+                }
+                (false, _) => {
+                    assert!(bias.is_none());
+                    assert_eq!(zoo_device::testing::bools(mask.unwrap()), hidden);
+                }
+            }
         }
     }
 

@@ -341,83 +341,13 @@ where
     if valid.is_empty() {
         return Err(TrainError::config("the validation set is empty"));
     }
-    let device = devices
-        .first()
-        .ok_or_else(|| TrainError::config("no device given"))?
-        .clone();
-    let strategy = match cfg.strategy {
-        Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
-        Strategy::MultiDevice | Strategy::DistributedDataParallel => {
-            if devices.len() != cfg.devices.len() {
-                return Err(TrainError::config(format!(
-                    "the config names {} devices ({}) but fit was given {}",
-                    cfg.devices.len(),
-                    cfg.devices.join(", "),
-                    devices.len()
-                )));
-            }
-            if cfg.strategy == Strategy::DistributedDataParallel
-                && let Some(d) = devices.iter().find(|d| !zoo_device::has_collectives(d))
-            {
-                return Err(TrainError::config(format!(
-                    "the DistributedDataParallel strategy needs CUDA devices (Burn 0.22.1 \
-                     implements its all-reduce only there), got {d:?}; use MultiDevice"
-                )));
-            }
-            let devices = devices.iter().map(|d| d.clone().autodiff()).collect();
-            if cfg.strategy == Strategy::MultiDevice {
-                ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)
-            } else {
-                ExecutionStrategy::ddp(
-                    devices,
-                    DistributedConfig {
-                        all_reduce_op: ReduceOperation::Mean,
-                    },
-                )
-            }
-        }
-    };
-    let used_devices = recorded_devices(cfg, devices)?;
+    let (device, strategy) = execution_strategy(cfg, devices)?;
+    let RunStart {
+        start_epoch,
+        earlier,
+        metrics_csv,
+    } = start_run(cfg, devices, options.resume, train.len())?;
     let dir = cfg.artifact_dir.clone();
-    if options.resume && cfg.overwrite {
-        return Err(TrainError::config(format!(
-            "both resume and overwrite are set for the run in {}: choose one",
-            dir.display()
-        )));
-    }
-    let start_epoch = if options.resume {
-        last_complete_checkpoint(&dir)
-    } else {
-        None
-    };
-    let metrics_csv = dir.join("metrics.csv");
-    let earlier = match start_epoch {
-        Some(k) => {
-            check_resume(cfg, train.len())?;
-            earlier_rounds(&metrics_csv, k)?
-        }
-        None => {
-            if options.resume {
-                log::info!(
-                    "nothing complete to resume in {}: starting the run again",
-                    dir.display()
-                );
-            } else if holds_a_run(&dir) && !cfg.overwrite {
-                return Err(TrainError::EarlierRun { dir });
-            }
-            // A fresh run must not mix with an old one's checkpoints, logs and metrics.
-            clear_earlier_run(&dir)?;
-            Vec::new()
-        }
-    };
-    let mut record = cfg.clone();
-    record.devices = used_devices;
-    record.save()?;
-    let stream_record = serde_json::json!({ "train_examples": train.len() });
-    write_atomic(
-        &dir.join("stream.json"),
-        stream_record.to_string().as_bytes(),
-    )?;
     device.seed(cfg.seed);
     let ad = device.clone().autodiff();
 
@@ -477,19 +407,7 @@ where
     if let Some(epoch) = start_epoch {
         training = training.checkpoint(epoch);
     }
-    let shown: Box<dyn MetricsRenderer> = match options.progress {
-        Progress::Auto if std::io::stdout().is_terminal() => {
-            default_renderer(training.interrupter(), start_epoch) // burn-train's TUI
-        }
-        Progress::BurnCli => Box::new(CliMetricsRenderer::new()),
-        Progress::Auto | Progress::Lines => {
-            let sink = options
-                .report
-                .take()
-                .unwrap_or_else(|| Box::new(|r: &SplitReport| log::info!("{r}")));
-            Box::new(ReportRenderer::new(sink))
-        }
-    };
+    let shown = renderer(&mut options, training.interrupter(), start_epoch);
     // metrics.csv is rewritten at the end of every round, before the round's checkpoint,
     // so a resumed run finds the rounds before it there.
     let write_failure: Arc<Mutex<Option<TrainError>>> = Arc::default();
@@ -515,39 +433,11 @@ where
     // plain device included) and leaves frozen ones frozen.
     let task = task.guarded(guard.clone()).fork(&ad).train();
 
-    let mut optim = AdamWConfig::new()
-        .with_beta_1(cfg.betas.0)
-        .with_beta_2(cfg.betas.1)
-        .with_weight_decay(cfg.weight_decay);
-    if let Some(c) = cfg.grad_clip {
-        optim = optim.with_grad_clipping(Some(GradientClippingConfig::Norm(c)));
-    }
+    let optim = optimizer(cfg);
     let schedule = WarmupCosine::new(cfg.lr, cfg.min_lr, cfg.warmup_steps, plan.total_steps());
     let result = training.launch(Learner::new(task, optim.init(), schedule));
 
-    if let Some((batch, message)) = guard.failed() {
-        return Err(TrainError::Model { batch, message });
-    }
-    if let Some((batch, value)) = guard.tripped() {
-        // The guard counts the batches of this process, on every replica.
-        let per_round = plan.batches_per_round.max(1) * cfg.replicas();
-        let batch = start_epoch.unwrap_or(0) * per_round + batch;
-        return Err(TrainError::NonFiniteLoss {
-            epoch: (batch - 1) / per_round + 1,
-            batch,
-            value,
-        });
-    }
-    if let Some(e) = result.error {
-        return Err(TrainError::Training(e.to_string()));
-    }
-    if let Some(e) = write_failure
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-    {
-        return Err(e);
-    }
+    stopped_by(&guard, &result, &write_failure, &plan, cfg, start_epoch)?;
     let recorded = recorded
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -577,6 +467,189 @@ where
         metrics_csv,
         plot,
     })
+}
+
+/// The device the run's examples and checks live on (the first), and the learner's
+/// strategy over `devices`.
+fn execution_strategy(
+    cfg: &TrainConfig,
+    devices: &[Device],
+) -> Result<(Device, ExecutionStrategy)> {
+    let device = devices
+        .first()
+        .ok_or_else(|| TrainError::config("no device given"))?
+        .clone();
+    let strategy = match cfg.strategy {
+        Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
+        Strategy::MultiDevice | Strategy::DistributedDataParallel => {
+            if devices.len() != cfg.devices.len() {
+                return Err(TrainError::config(format!(
+                    "the config names {} devices ({}) but fit was given {}",
+                    cfg.devices.len(),
+                    cfg.devices.join(", "),
+                    devices.len()
+                )));
+            }
+            if cfg.strategy == Strategy::DistributedDataParallel
+                && let Some(d) = devices.iter().find(|d| !zoo_device::has_collectives(d))
+            {
+                return Err(TrainError::config(format!(
+                    "the DistributedDataParallel strategy needs CUDA devices (Burn 0.22.1 \
+                     implements its all-reduce only there), got {d:?}; use MultiDevice"
+                )));
+            }
+            let devices = devices.iter().map(|d| d.clone().autodiff()).collect();
+            if cfg.strategy == Strategy::MultiDevice {
+                ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)
+            } else {
+                ExecutionStrategy::ddp(
+                    devices,
+                    DistributedConfig {
+                        all_reduce_op: ReduceOperation::Mean,
+                    },
+                )
+            }
+        }
+    };
+    Ok((device, strategy))
+}
+
+/// Where a run starts, once its folder is ready.
+struct RunStart {
+    /// The last complete round of the run being resumed, if any.
+    start_epoch: Option<usize>,
+    /// Its rounds, from its `metrics.csv`.
+    earlier: Vec<RoundMetrics>,
+    /// `metrics.csv`.
+    metrics_csv: PathBuf,
+}
+
+/// Prepares the artifact folder: finds what a resumed run continues (and checks that its
+/// settings allow it), or clears an earlier run when overwriting, then records the
+/// config, the devices and the size of the training set.
+fn start_run(
+    cfg: &TrainConfig,
+    devices: &[Device],
+    resume: bool,
+    train_len: usize,
+) -> Result<RunStart> {
+    let used_devices = recorded_devices(cfg, devices)?;
+    let dir = cfg.artifact_dir.clone();
+    if resume && cfg.overwrite {
+        return Err(TrainError::config(format!(
+            "both resume and overwrite are set for the run in {}: choose one",
+            dir.display()
+        )));
+    }
+    let start_epoch = if resume {
+        last_complete_checkpoint(&dir)
+    } else {
+        None
+    };
+    let metrics_csv = dir.join("metrics.csv");
+    let earlier = match start_epoch {
+        Some(k) => {
+            check_resume(cfg, train_len)?;
+            earlier_rounds(&metrics_csv, k)?
+        }
+        None => {
+            if resume {
+                log::info!(
+                    "nothing complete to resume in {}: starting the run again",
+                    dir.display()
+                );
+            } else if holds_a_run(&dir) && !cfg.overwrite {
+                return Err(TrainError::EarlierRun { dir });
+            }
+            // A fresh run must not mix with an old one's checkpoints, logs and metrics.
+            clear_earlier_run(&dir)?;
+            Vec::new()
+        }
+    };
+    let mut record = cfg.clone();
+    record.devices = used_devices;
+    record.save()?;
+    let stream_record = serde_json::json!({ "train_examples": train_len });
+    write_atomic(
+        &dir.join("stream.json"),
+        stream_record.to_string().as_bytes(),
+    )?;
+    Ok(RunStart {
+        start_epoch,
+        earlier,
+        metrics_csv,
+    })
+}
+
+/// What shows the run: burn-train's terminal UI on a terminal, its plain renderer, or
+/// one line per split and round to `options.report`.
+fn renderer(
+    options: &mut FitOptions,
+    interrupter: burn::train::Interrupter,
+    start_epoch: Option<usize>,
+) -> Box<dyn MetricsRenderer> {
+    match options.progress {
+        Progress::Auto if std::io::stdout().is_terminal() => {
+            default_renderer(interrupter, start_epoch) // burn-train's TUI
+        }
+        Progress::BurnCli => Box::new(CliMetricsRenderer::new()),
+        Progress::Auto | Progress::Lines => {
+            let sink = options
+                .report
+                .take()
+                .unwrap_or_else(|| Box::new(|r: &SplitReport| log::info!("{r}")));
+            Box::new(ReportRenderer::new(sink))
+        }
+    }
+}
+
+/// AdamW with the config's betas, weight decay and gradient clipping.
+fn optimizer(cfg: &TrainConfig) -> AdamWConfig {
+    let mut optim = AdamWConfig::new()
+        .with_beta_1(cfg.betas.0)
+        .with_beta_2(cfg.betas.1)
+        .with_weight_decay(cfg.weight_decay);
+    if let Some(c) = cfg.grad_clip {
+        optim = optim.with_grad_clipping(Some(GradientClippingConfig::Norm(c)));
+    }
+    optim
+}
+
+/// Why the learner stopped, when it was not the end of the run: a failed batch, a
+/// non-finite loss (with its round and batch counted over the whole run), an error of
+/// the learner, or a `metrics.csv` that could not be written.
+fn stopped_by<M>(
+    guard: &NanGuard,
+    result: &burn::train::LearningResult<M>,
+    write_failure: &Mutex<Option<TrainError>>,
+    plan: &crate::config::RunPlan,
+    cfg: &TrainConfig,
+    start_epoch: Option<usize>,
+) -> Result<()> {
+    if let Some((batch, message)) = guard.failed() {
+        return Err(TrainError::Model { batch, message });
+    }
+    if let Some((batch, value)) = guard.tripped() {
+        // The guard counts the batches of this process, on every replica.
+        let per_round = plan.batches_per_round.max(1) * cfg.replicas();
+        let batch = start_epoch.unwrap_or(0) * per_round + batch;
+        return Err(TrainError::NonFiniteLoss {
+            epoch: (batch - 1) / per_round + 1,
+            batch,
+            value,
+        });
+    }
+    if let Some(e) = &result.error {
+        return Err(TrainError::Training(e.to_string()));
+    }
+    if let Some(e) = write_failure
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// The run's rounds: the `earlier` ones (of the run being resumed after round `start`),

@@ -53,5 +53,5 @@ pub use mha::{
     AttentionInput, AttentionKernel, AttentionOutput, CrossAttention, FusedQkv, Heads,
     MultiHeadAttentionConfig, PositionBias, QkvLayout, SelfAttention, SelfPositions, SeparateQkv,
 };
-pub use position::{Positions, RopeLayout};
+pub use position::{Positions, RopeLayout, RopeScaling};
 pub use zoo_core::ConfigError;

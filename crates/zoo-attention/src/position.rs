@@ -263,6 +263,106 @@ pub enum RopeLayout {
     Interleaved,
 }
 
+/// How RoPE's frequencies are stretched for a context longer than the one trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub enum RopeScaling {
+    /// The frequencies as they are.
+    #[default]
+    None,
+    /// Every frequency divided by `factor` (position interpolation, Chen et al., 2023;
+    /// HF's `linear`).
+    Linear {
+        /// The stretch.
+        factor: f64,
+    },
+    /// Llama 3.1's rule (HF's `llama3`): frequencies whose wavelength is longer than
+    /// `original_max_position_embeddings / low_freq_factor` are divided by `factor`, those
+    /// shorter than `original / high_freq_factor` kept, and those between blended
+    /// smoothly from one to the other.
+    Llama3 {
+        /// The stretch of the low frequencies.
+        factor: f64,
+        /// Wavelengths beyond `original / low_freq_factor` are stretched in full.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context the model was first trained on.
+        original_max_position_embeddings: usize,
+    },
+}
+
+impl RopeScaling {
+    /// The frequency that replaces `inv_freq` (radians per position).
+    pub fn scale(&self, inv_freq: f64) -> f64 {
+        match *self {
+            Self::None => inv_freq,
+            Self::Linear { factor } => inv_freq / factor,
+            Self::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                let old = original_max_position_embeddings as f64;
+                let wavelen = 2.0 * std::f64::consts::PI / inv_freq;
+                if wavelen < old / high_freq_factor {
+                    inv_freq
+                } else if wavelen > old / low_freq_factor {
+                    inv_freq / factor
+                } else {
+                    let smooth =
+                        (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+                }
+            }
+        }
+    }
+
+    /// Checks the settings.
+    ///
+    /// # Errors
+    /// A factor that is not a positive number, or Llama 3's `high_freq_factor` not above
+    /// its `low_freq_factor`.
+    pub fn validate(&self) -> Result<()> {
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::range(name, "finite and > 0", v))
+            }
+        };
+        match *self {
+            Self::None => {}
+            Self::Linear { factor } => positive("rope_scaling.factor", factor)?,
+            Self::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                positive("rope_scaling.factor", factor)?;
+                positive("rope_scaling.low_freq_factor", low_freq_factor)?;
+                if high_freq_factor.partial_cmp(&low_freq_factor)
+                    != Some(std::cmp::Ordering::Greater)
+                {
+                    return Err(ConfigError::range(
+                        "rope_scaling.high_freq_factor",
+                        format!("> low_freq_factor {low_freq_factor}"),
+                        high_freq_factor,
+                    )
+                    .into());
+                }
+                if original_max_position_embeddings == 0 {
+                    return Err(
+                        ConfigError::zero("rope_scaling.original_max_position_embeddings").into(),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Rotary position embedding (Su et al., 2021, "RoFormer").
 #[derive(Config, Debug)]
 pub struct RotaryEncodingConfig {
@@ -277,6 +377,9 @@ pub struct RotaryEncodingConfig {
     /// Pairing of features. Default: half-split, as HF Llama checkpoints.
     #[config(default = "RopeLayout::HalfSplit")]
     pub layout: RopeLayout,
+    /// Stretching of the frequencies for long contexts. Default: none.
+    #[config(default = "RopeScaling::None")]
+    pub scaling: RopeScaling,
 }
 
 /// Precomputed cosines and sines of the rotation angles.
@@ -306,12 +409,18 @@ impl RotaryEncodingConfig {
         if self.max_len == 0 {
             return Err(ConfigError::zero("max_len").into());
         }
+        self.scaling.validate()?;
         let half = self.head_dim / 2;
+        let freqs: Vec<f64> = (0..half)
+            .map(|i| {
+                self.scaling
+                    .scale(self.theta.powf(-((2 * i) as f64) / self.head_dim as f64))
+            })
+            .collect();
         let mut cos = Vec::with_capacity(self.max_len * half);
         let mut sin = Vec::with_capacity(self.max_len * half);
         for pos in 0..self.max_len {
-            for i in 0..half {
-                let freq = self.theta.powf(-((2 * i) as f64) / self.head_dim as f64);
+            for freq in &freqs {
                 let angle = pos as f64 * freq;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
@@ -944,5 +1053,40 @@ mod tests {
         // head 1, query 1, key 0: relative -1 -> bucket 1
         let bucket = relative_position_bucket(-1, true, 8, 16).unwrap();
         assert_eq!(bias[6 + 3], table[bucket * 2 + 1]);
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_frequencies_stretches_low_ones_and_blends_between() {
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        // Wavelength 2π / f against 8192 / 4 = 2048 and 8192 / 1 = 8192.
+        let high = 2.0 * std::f64::consts::PI / 1000.0;
+        assert_eq!(s.scale(high), high);
+        let low = 2.0 * std::f64::consts::PI / 10000.0;
+        assert!((s.scale(low) - low / 8.0).abs() < 1e-15);
+        // Wavelength 4096: smooth = (8192 / 4096 - 1) / (4 - 1) = 1/3.
+        let mid = 2.0 * std::f64::consts::PI / 4096.0;
+        let want = (2.0 / 3.0) * mid / 8.0 + (1.0 / 3.0) * mid;
+        assert!((s.scale(mid) - want).abs() < 1e-15);
+        assert_eq!(RopeScaling::Linear { factor: 4.0 }.scale(1.0), 0.25);
+        let bad = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 4.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "rope_scaling.high_freq_factor must be > low_freq_factor 4, got 4"
+        );
+        let e = RopeScaling::Linear { factor: 0.0 }.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "rope_scaling.factor must be finite and > 0, got 0"
+        );
     }
 }

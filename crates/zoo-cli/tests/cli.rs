@@ -164,6 +164,7 @@ fn forward_matches_transformers_for_every_family() {
         "qwen2-tiny",
         "phi3-tiny",
         "gpt-neox-tiny",
+        "llama3-tiny",
     ] {
         let dir = fixture("zoo-decoder", name);
         let e = read_json(&dir.join("expected.json"));

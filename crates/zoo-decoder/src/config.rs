@@ -4,7 +4,7 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
     FeedForwardConfig, FfnActivation, GateLayout, MultiHeadAttentionConfig, NormKind,
-    NormPlacement, QkvLayout, RopeLayout, TransformerBlockConfig,
+    NormPlacement, QkvLayout, RopeLayout, RopeScaling, TransformerBlockConfig,
 };
 
 use zoo_core::validate;
@@ -101,6 +101,9 @@ pub struct DecoderConfig {
     /// `rotary_pct`). Default: the whole head.
     #[config(default = "None")]
     pub rope_dim: Option<usize>,
+    /// Stretching of RoPE's frequencies (Llama 3.1's `llama3`, `linear`). Default: none.
+    #[config(default = "RopeScaling::None")]
+    pub rope_scaling: RopeScaling,
     /// The order of a fused QKV projection's outputs. Default: blocked (GPT-2, Phi-3).
     #[config(default = "QkvLayout::Blocked")]
     pub qkv_layout: QkvLayout,
@@ -178,7 +181,8 @@ impl DecoderConfig {
                 .with_rope_max_len(Some(self.max_len))
                 .with_rope_theta(theta)
                 .with_rope_layout(layout)
-                .with_rope_dim(self.rope_dim);
+                .with_rope_dim(self.rope_dim)
+                .with_rope_scaling(self.rope_scaling);
         }
         attn = attn.with_qkv_layout(self.qkv_layout);
         let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))

@@ -30,7 +30,7 @@ use zoo_core::checkpoint::{KeyMap, TokenIds};
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::Result;
 use crate::layer::LayerKind;
-use crate::pretrained::{RopeParameters, rope_theta};
+use crate::pretrained::{RopeParameters, rope};
 
 /// `config.json`'s `model_type`.
 pub const MODEL_TYPE: &str = "gpt_neox";
@@ -172,7 +172,7 @@ impl GptNeoXConfig {
             )
             .into());
         }
-        let theta = rope_theta(
+        let (theta, scaling) = rope(
             self.rope_parameters.as_ref(),
             self.rope_scaling.as_ref(),
             self.rotary_emb_base,
@@ -202,7 +202,8 @@ impl GptNeoXConfig {
         .with_out_bias(Some(self.attention_bias))
         .with_mlp_bias(Some(true))
         .with_tie_embeddings(self.tie_word_embeddings)
-        .with_layer(layer))
+        .with_layer(layer)
+        .with_rope_scaling(scaling))
     }
 }
 
@@ -260,12 +261,19 @@ mod tests {
                 .to_string();
             assert!(e.contains(want), "{e}");
         }
-        let e = config(serde_json::json!({"rope_scaling": {"type": "linear", "factor": 2.0}}))
+        let e = config(serde_json::json!({"rope_scaling": {"type": "dynamic", "factor": 2.0}}))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("rope_scaling") && e.contains("is not supported"),
+            e.contains("rope_scaling.rope_type \"dynamic\" is not supported"),
             "{e}"
+        );
+        // Linear scaling is one the zoo implements.
+        let linear =
+            config(serde_json::json!({"rope_scaling": {"type": "linear", "factor": 2.0}})).unwrap();
+        assert_eq!(
+            linear.rope_scaling,
+            zoo_attention::RopeScaling::Linear { factor: 2.0 }
         );
     }
 }

@@ -20,7 +20,8 @@
 //! | `lm_head` | `lm_head` |
 //!
 //! Not implemented, and refused by name: `partial_rotary_factor` below 1 and the
-//! `longrope` scaling of the 128k-context checkpoints.
+//! `longrope` scaling of the 128k-context checkpoints (`linear` and `llama3` scalings
+//! load, as for every RoPE decoder).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -29,7 +30,7 @@ use zoo_core::checkpoint::TokenIds;
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::Result;
-use crate::pretrained::{RopeParameters, rope_theta, unsupported};
+use crate::pretrained::{RopeParameters, rope, unsupported};
 
 /// `config.json`'s `model_type`.
 pub const MODEL_TYPE: &str = "phi3";
@@ -130,7 +131,7 @@ impl Phi3Config {
                 "Phi-3's gated MLP takes silu",
             ));
         }
-        let theta = rope_theta(
+        let (theta, scaling) = rope(
             self.rope_parameters.as_ref(),
             self.rope_scaling.as_ref(),
             self.rope_theta,
@@ -157,7 +158,8 @@ impl Phi3Config {
         })
         .with_norm_eps(self.rms_norm_eps)
         .with_tie_embeddings(self.tie_word_embeddings)
-        .with_sliding_window(self.sliding_window))
+        .with_sliding_window(self.sliding_window)
+        .with_rope_scaling(scaling))
     }
 }
 
@@ -206,7 +208,7 @@ mod tests {
             ),
             (
                 serde_json::json!({"rope_scaling": {"type": "longrope", "short_factor": [1.0]}}),
-                "rope_scaling {\"short_factor\"",
+                "rope_scaling.rope_type \"longrope\"",
             ),
             (serde_json::json!({"hidden_act": "gelu"}), "hidden_act Gelu"),
         ];

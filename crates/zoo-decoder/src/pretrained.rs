@@ -31,7 +31,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use zoo_attention::{FfnActivation, HiddenAct, RopeLayout};
+use zoo_attention::{FfnActivation, HiddenAct, RopeLayout, RopeScaling};
 use zoo_core::ConfigError;
 pub use zoo_core::checkpoint::TokenIds;
 use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
@@ -301,7 +301,8 @@ impl HfDecoderConfig {
         Ok(cfg)
     }
 
-    fn key_map(&self) -> KeyMap {
+    /// The checkpoint names of this config's architecture, both ways.
+    pub fn key_map(&self) -> KeyMap {
         let map = match self {
             Self::Gpt2(_) => KeyMap::new()
                 .dialect(&GPT2_PREFIX)
@@ -341,44 +342,74 @@ fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
     )
 }
 
-/// The RoPE base of a Llama-style config: from `rope_parameters` (recent configs), else
-/// the top-level `rope_theta`, else 10000.
+/// The RoPE base and scaling of a config: the type and its settings from
+/// `rope_parameters` (recent configs) or `rope_scaling` (older ones); the base from
+/// `rope_parameters`, else the top-level `theta`, else 10000.
 ///
 /// # Errors
-/// A RoPE type or scaling other than the default, which the zoo does not implement.
-pub(crate) fn rope_theta(
+/// A RoPE type the zoo does not implement (it implements `default`, `linear` and
+/// `llama3`), or a scaling without its settings or with settings out of range.
+pub(crate) fn rope(
     parameters: Option<&RopeParameters>,
     scaling: Option<&Value>,
     theta: Option<f64>,
-) -> Result<f64> {
-    let default = |t: Option<&String>| t.is_none_or(|t| t == "default");
-    if let Some(p) = parameters
-        && !default(p.rope_type.as_ref())
-    {
-        return Err(unsupported(
-            "rope_parameters.rope_type",
-            format!("{:?}", p.rope_type.as_deref().unwrap_or_default()),
-            "only \"default\" RoPE is",
-        ));
-    }
-    if let Some(s) = scaling.filter(|s| !s.is_null()) {
-        let kind = s
-            .get("rope_type")
-            .or_else(|| s.get("type"))
-            .and_then(Value::as_str)
-            .map(String::from);
-        if !default(kind.as_ref()) {
-            return Err(unsupported("rope_scaling", s, "only the default RoPE is"));
+) -> Result<(f64, RopeScaling)> {
+    let spec = match parameters.and_then(|p| named(p.rope_type.as_deref())) {
+        Some(kind) => Some(("rope_parameters", kind, parameters.map(|p| &p.other))),
+        None => scaling.and_then(Value::as_object).and_then(|s| {
+            let kind = s.get("rope_type").or_else(|| s.get("type"))?.as_str();
+            named(kind).map(|k| ("rope_scaling", k, Some(s)))
+        }),
+    };
+    let scaling = match spec {
+        None => RopeScaling::None,
+        Some((place, kind, fields)) => {
+            let number = |name: &str| {
+                fields
+                    .and_then(|f| f.get(name))
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| {
+                        DecoderError::from(ConfigError::conflict(format!(
+                            "{place} of type {kind:?} has no number {name}"
+                        )))
+                    })
+            };
+            match kind {
+                "linear" => RopeScaling::Linear {
+                    factor: number("factor")?,
+                },
+                "llama3" => RopeScaling::Llama3 {
+                    factor: number("factor")?,
+                    low_freq_factor: number("low_freq_factor")?,
+                    high_freq_factor: number("high_freq_factor")?,
+                    original_max_position_embeddings: number("original_max_position_embeddings")?
+                        as usize,
+                },
+                other => {
+                    return Err(unsupported(
+                        &format!("{place}.rope_type"),
+                        format!("{other:?}"),
+                        "default, linear and llama3 are",
+                    ));
+                }
+            }
         }
-    }
-    Ok(parameters
+    };
+    scaling.validate()?;
+    let theta = parameters
         .and_then(|p| p.rope_theta)
         .or(theta)
-        .unwrap_or(10000.0))
+        .unwrap_or(10000.0);
+    Ok((theta, scaling))
+}
+
+/// A RoPE type other than the default.
+fn named(kind: Option<&str>) -> Option<&str> {
+    kind.filter(|t| *t != "default")
 }
 
 fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
-    let theta = rope_theta(
+    let (theta, scaling) = rope(
         c.rope_parameters.as_ref(),
         c.rope_scaling.as_ref(),
         c.rope_theta,
@@ -432,7 +463,8 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
     .with_qkv_bias(Some(qkv_bias))
     .with_out_bias(Some(c.attention_bias))
     .with_mlp_bias(Some(c.mlp_bias))
-    .with_sliding_window(window))
+    .with_sliding_window(window)
+    .with_rope_scaling(scaling))
 }
 
 /// GPT-2's names without the `transformer.` prefix, and module paths.
@@ -595,7 +627,7 @@ mod tests {
 
     #[test]
     fn unsupported_settings_are_named() {
-        let cases: [(&str, Value, &str); 5] = [
+        let cases: [(&str, Value, &str); 6] = [
             (
                 "model_type",
                 serde_json::json!("bert"),
@@ -608,6 +640,11 @@ mod tests {
                 "rope_type \"yarn\"",
             ),
             ("hidden_act", serde_json::json!("relu"), "hidden_act Relu"),
+            (
+                "rope_scaling",
+                serde_json::json!({"rope_type": "llama3", "factor": 8.0}),
+                "rope_scaling of type \"llama3\" has no number low_freq_factor",
+            ),
             (
                 "num_key_value_heads",
                 serde_json::json!(3),

@@ -17,13 +17,14 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 
-const MODELS: [&str; 6] = [
+const MODELS: [&str; 7] = [
     "gpt2-tiny",
     "llama-tiny",
     "mistral-tiny",
     "qwen2-tiny",
     "phi3-tiny",
     "gpt-neox-tiny",
+    "llama3-tiny",
 ];
 
 fn fixture(name: &str) -> PathBuf {
@@ -151,6 +152,26 @@ fn the_fixtures_exercise_what_they_claim() {
     let rope = attn.positions.rope.as_ref().expect("gpt-neox rotates");
     assert_eq!(rope.rotary_dim(), 4);
     assert!(!neox.lm_head.is_tied());
+    // Llama 3.1's scaling is read from rope_parameters; without it the same weights give
+    // other logits, far beyond the parity tolerance.
+    let hf = HfDecoderConfig::from_pretrained(fixture("llama3-tiny")).unwrap();
+    let mut cfg = hf.decoder().unwrap();
+    assert_eq!(
+        cfg.rope_scaling,
+        zoo_attention::RopeScaling::Llama3 {
+            factor: 2.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 32
+        }
+    );
+    let e = expected("llama3-tiny");
+    let scaled = DecoderLm::from_pretrained(fixture("llama3-tiny"), &device).unwrap();
+    assert!(logits_diff(&scaled, &e, &device) <= 1e-4);
+    cfg.rope_scaling = zoo_attention::RopeScaling::None;
+    let mut plain = cfg.init(&device).unwrap();
+    zoo_core::checkpoint::load_into(&mut plain, &fixture("llama3-tiny"), &hf.key_map()).unwrap();
+    assert!(logits_diff(&plain, &e, &device) > 1e-2);
 }
 
 #[test]

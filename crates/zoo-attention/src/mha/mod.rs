@@ -24,7 +24,9 @@ use zoo_core::ConfigError;
 
 use crate::error::{AttentionError, Result};
 use crate::mask::Mask;
-use crate::position::{Positions, RelativePositionBiasConfig, RopeLayout, RotaryEncodingConfig};
+use crate::position::{
+    Positions, RelativePositionBiasConfig, RopeLayout, RopeScaling, RotaryEncodingConfig,
+};
 
 /// Which kernel computes attention when no weights are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +129,10 @@ pub struct MultiHeadAttentionConfig {
     /// Even, at most `head_dim`. Default: the whole head.
     #[config(default = "None")]
     pub rope_dim: Option<usize>,
+    /// Stretching of RoPE's frequencies for long contexts (Llama 3.1's rule, linear).
+    /// Default: none.
+    #[config(default = "RopeScaling::None")]
+    pub rope_scaling: RopeScaling,
     /// How a fused QKV projection's outputs are ordered. Default: all queries, then all
     /// keys, then all values (GPT-2, Phi-3).
     #[config(default = "QkvLayout::Blocked")]
@@ -340,6 +346,7 @@ impl MultiHeadAttentionConfig {
                 RotaryEncodingConfig::new(self.rope_dim.unwrap_or(hd), max_len)
                     .with_theta(self.rope_theta)
                     .with_layout(self.rope_layout)
+                    .with_scaling(self.rope_scaling)
                     .init(device)?,
             ),
             None => None,
@@ -399,6 +406,7 @@ impl MultiHeadAttentionConfig {
             ("fused_qkv", self.fused_qkv),
             ("rope_max_len", self.rope_max_len.is_some()),
             ("rope_dim", self.rope_dim.is_some()),
+            ("rope_scaling", self.rope_scaling != RopeScaling::None),
             ("qkv_layout", self.qkv_layout != QkvLayout::Blocked),
             ("position_bias", self.position_bias != PositionBias::None),
             ("window", self.window.is_some()),

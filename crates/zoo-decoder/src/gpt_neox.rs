@@ -127,7 +127,7 @@ pub struct GptNeoXConfig {
     /// The RoPE settings of recent configs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<RopeParameters>,
-    /// RoPE scaling; only `null` or `default`.
+    /// RoPE scaling of older configs: `null`, `default`, `linear` or `llama3`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_scaling: Option<Value>,
     /// Start-of-text token.

@@ -83,7 +83,8 @@ pub struct Phi3Config {
     /// The RoPE settings of recent configs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<RopeParameters>,
-    /// RoPE scaling (`longrope` on the 128k checkpoints); only `null` or `default`.
+    /// RoPE scaling: `null`, `default`, `linear` or `llama3` (`longrope`, on the 128k
+    /// checkpoints, is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_scaling: Option<Value>,
     /// The share of each head that is rotated (older configs; recent ones put it in

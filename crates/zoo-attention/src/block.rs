@@ -437,26 +437,40 @@ macro_rules! sublayers {
     };
 }
 
+/// `forward` and `forward_cached` of a block without cross-attention, over its own
+/// `run(input, cache)`.
+macro_rules! self_attention_block {
+    ($block:ty) => {
+        impl $block {
+            /// Runs the block over a whole sequence.
+            ///
+            /// # Shapes
+            /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
+            ///
+            /// # Errors
+            /// Input shapes the attention layer rejects.
+            pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
+                self.run(input, None)
+            }
+
+            /// Runs the block over new positions, extending the self-attention `cache`.
+            ///
+            /// # Errors
+            /// As [`Self::forward`], and a full cache.
+            pub fn forward_cached(
+                &self,
+                input: BlockInput,
+                cache: &mut KvCache,
+            ) -> Result<BlockOutput> {
+                self.run(input, Some(cache))
+            }
+        }
+    };
+}
+
+self_attention_block!(TransformerBlock);
+
 impl TransformerBlock {
-    /// Runs the block over a whole sequence.
-    ///
-    /// # Shapes
-    /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
-    ///
-    /// # Errors
-    /// Input shapes the attention layer rejects.
-    pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
-        self.run(input, None)
-    }
-
-    /// Runs the block over new positions, extending the self-attention `cache`.
-    ///
-    /// # Errors
-    /// As [`Self::forward`], and a full cache.
-    pub fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
-        self.run(input, Some(cache))
-    }
-
     fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
         let layer = sublayers!(self);
         layer.run(&input, cache, |x| Ok((x, None)))
@@ -520,26 +534,9 @@ impl CrossAttentionBlock {
     }
 }
 
+self_attention_block!(ParallelBlock);
+
 impl ParallelBlock {
-    /// Runs the block over a whole sequence.
-    ///
-    /// # Shapes
-    /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
-    ///
-    /// # Errors
-    /// Input shapes the attention layer rejects.
-    pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
-        self.run(input, None)
-    }
-
-    /// Runs the block over new positions, extending the self-attention `cache`.
-    ///
-    /// # Errors
-    /// As [`Self::forward`], and a full cache.
-    pub fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
-        self.run(input, Some(cache))
-    }
-
     fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
         let x = input.x.clone();
         let attn = self_attention(

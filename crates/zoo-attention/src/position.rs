@@ -622,7 +622,7 @@ pub fn relative_position_bucket(
 /// range, or the logarithm's base is not above 1.
 ///
 /// # Errors
-/// [`AttentionError::OutOfRange`] naming the setting.
+/// [`ConfigError::OutOfRange`] naming the setting.
 pub fn check_bucket_settings(
     num_buckets: usize,
     max_distance: usize,

@@ -139,53 +139,53 @@ impl BertConfig {
     /// non-positive epsilon or a dropout outside `[0, 1)`, each naming the value.
     pub fn validate(&self) -> Result<()> {
         use zoo_core::validate;
-        let checks = || -> validate::Result {
-            validate::positive(&[
-                ("vocab_size", self.vocab_size),
-                ("hidden_size", self.hidden_size),
-                ("num_hidden_layers", self.num_hidden_layers),
-                ("num_attention_heads", self.num_attention_heads),
-                ("intermediate_size", self.intermediate_size),
-                ("max_position_embeddings", self.max_position_embeddings),
-                ("type_vocab_size", self.type_vocab_size),
-            ])?;
-            if self.position_embedding_type != "absolute" {
-                return Err(ConfigError::unsupported(
-                    "position_embedding_type",
-                    format!("{:?}", self.position_embedding_type),
-                    "only \"absolute\"",
-                ));
-            }
-            let layout = crate::pretrained::layout(self.model_type.as_deref());
-            validate::model_type(self.model_type.as_deref(), layout.model_type, "BERT")?;
-            validate::divisible(
-                ("hidden_size", self.hidden_size),
-                ("num_attention_heads", self.num_attention_heads),
-            )?;
-            if self.pad_token_id >= self.vocab_size {
-                return Err(ConfigError::range(
-                    "pad_token_id",
-                    format!("< vocab_size {}", self.vocab_size),
-                    self.pad_token_id,
-                ));
-            }
-            if layout.positions == crate::model::PositionIds::AfterPadding
-                && self.pad_token_id + 1 >= self.max_position_embeddings
-            {
-                return Err(ConfigError::conflict(format!(
-                    "max_position_embeddings {} leaves no position for a token: positions \
-                     start after pad_token_id {}",
-                    self.max_position_embeddings, self.pad_token_id
-                )));
-            }
-            validate::bert_style(
-                self.layer_norm_eps,
-                self.hidden_dropout_prob,
-                self.attention_probs_dropout_prob,
-                self.id2label.as_ref(),
+        validate::positive(&[
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+        ])?;
+        if self.position_embedding_type != "absolute" {
+            return Err(ConfigError::unsupported(
+                "position_embedding_type",
+                format!("{:?}", self.position_embedding_type),
+                "only \"absolute\"",
             )
-        };
-        Ok(checks()?)
+            .into());
+        }
+        let layout = crate::pretrained::layout(self.model_type.as_deref());
+        validate::model_type(self.model_type.as_deref(), layout.model_type, "BERT")?;
+        validate::divisible(
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+        )?;
+        if self.pad_token_id >= self.vocab_size {
+            return Err(ConfigError::range(
+                "pad_token_id",
+                format!("< vocab_size {}", self.vocab_size),
+                self.pad_token_id,
+            )
+            .into());
+        }
+        if layout.positions == crate::model::PositionIds::AfterPadding
+            && self.pad_token_id + 1 >= self.max_position_embeddings
+        {
+            return Err(ConfigError::conflict(format!(
+                "max_position_embeddings {} leaves no position for a token: positions \
+                 start after pad_token_id {}",
+                self.max_position_embeddings, self.pad_token_id
+            ))
+            .into());
+        }
+        Ok(validate::bert_style(
+            self.layer_norm_eps,
+            self.hidden_dropout_prob,
+            self.attention_probs_dropout_prob,
+            self.id2label.as_ref(),
+        )?)
     }
 
     /// The class names of a classification checkpoint, in class order (empty without

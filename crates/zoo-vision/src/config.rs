@@ -178,41 +178,39 @@ impl ViTConfig {
     /// divide, a non-positive epsilon or a dropout outside `[0, 1)`, each naming the value.
     pub fn validate(&self) -> Result<()> {
         use zoo_core::validate;
-        let checks = || -> validate::Result {
-            validate::positive(&[
-                ("hidden_size", self.hidden_size),
-                ("num_hidden_layers", self.num_hidden_layers),
-                ("num_attention_heads", self.num_attention_heads),
-                ("intermediate_size", self.intermediate_size),
-                ("image_size", self.image_size),
-                ("patch_size", self.patch_size),
-                ("num_channels", self.num_channels),
-                ("pooler_output_size", self.pooler_size()),
-            ])?;
-            validate::model_type(self.model_type.as_deref(), "vit", "ViT")?;
-            validate::divisible(
-                ("hidden_size", self.hidden_size),
-                ("num_attention_heads", self.num_attention_heads),
-            )?;
-            validate::divisible(
-                ("image_size", self.image_size),
-                ("patch_size", self.patch_size),
-            )?;
-            if self.pooler_act != "tanh" {
-                return Err(ConfigError::unsupported(
-                    "pooler_act",
-                    format!("{:?}", self.pooler_act),
-                    "only \"tanh\"",
-                ));
-            }
-            validate::bert_style(
-                self.layer_norm_eps,
-                self.hidden_dropout_prob,
-                self.attention_probs_dropout_prob,
-                self.id2label.as_ref(),
+        validate::positive(&[
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("intermediate_size", self.intermediate_size),
+            ("image_size", self.image_size),
+            ("patch_size", self.patch_size),
+            ("num_channels", self.num_channels),
+            ("pooler_output_size", self.pooler_size()),
+        ])?;
+        validate::model_type(self.model_type.as_deref(), "vit", "ViT")?;
+        validate::divisible(
+            ("hidden_size", self.hidden_size),
+            ("num_attention_heads", self.num_attention_heads),
+        )?;
+        validate::divisible(
+            ("image_size", self.image_size),
+            ("patch_size", self.patch_size),
+        )?;
+        if self.pooler_act != "tanh" {
+            return Err(ConfigError::unsupported(
+                "pooler_act",
+                format!("{:?}", self.pooler_act),
+                "only \"tanh\"",
             )
-        };
-        Ok(checks()?)
+            .into());
+        }
+        Ok(validate::bert_style(
+            self.layer_norm_eps,
+            self.hidden_dropout_prob,
+            self.attention_probs_dropout_prob,
+            self.id2label.as_ref(),
+        )?)
     }
 
     /// The class names of a classification checkpoint, in class order (empty without

@@ -36,21 +36,12 @@ struct Args {
 fn main() {
     // Unknown options and bad values end here with clap's message and exit status 2.
     let args = Args::parse();
-    if let Some(threads) = args.threads {
-        // Before any tensor exists, so flex has not started the default pool yet.
-        if let Err(e) = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-        {
-            eprintln!("error: cannot run flex on {threads} threads: {e}");
-            std::process::exit(2);
-        }
-    }
-    let lengths = args.lengths;
-    let device = zoo_device::select(zoo_device::BackendName::Flex).unwrap_or_else(|e| {
+    // Before any tensor exists, so flex has not started the default pool yet.
+    let device = zoo_bench::start(args.threads, "flex").unwrap_or_else(|e| {
         eprintln!("error: {e}");
         std::process::exit(2);
     });
+    let lengths = args.lengths;
     println!("flex threads: {}", rayon::current_num_threads());
     println!();
     let (h, dh) = (8, 64);

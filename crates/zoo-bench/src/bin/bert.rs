@@ -8,10 +8,9 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::timed_runs;
 
 mod cli;
-use cli::{print_result, start_or_exit};
+use cli::{or_exit, parse_and_start, report, time_outputs};
 use zoo_encoder::{BertConfig, EncoderInput};
 
 /// Times BERT-base forward.
@@ -28,33 +27,29 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
-    let device = start_or_exit(&args.common);
+    let (args, device) = parse_and_start(|a: &Args| &a.common);
     let mut cfg = BertConfig::bert_base_uncased();
     cfg.hidden_dropout_prob = 0.0;
     cfg.attention_probs_dropout_prob = 0.0;
     device.seed(0);
-    let model = cfg.init(false, &device).unwrap_or_else(|e| {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    });
+    let model = or_exit(cfg.init(false, &device));
     let (b, t) = (args.batch, args.len);
     let ids: Vec<i64> = (0..b * t)
         .map(|i| ((i * 7919) % 29000 + 1000) as i64)
         .collect();
     let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [b, t]), &device);
-    let times = timed_runs(args.common.runs, true, || {
-        let out = model
+    let times = time_outputs(args.common.runs, true, || {
+        model
             .forward(EncoderInput::new(tokens.clone()))
-            .expect("a valid input");
-        // Reading a value back waits for the backend to finish.
-        let _ = out.hidden.slice([0..1, 0..1, 0..1]).into_data();
+            .expect("a valid input")
+            .hidden
     });
-    println!(
-        "bert-base forward {b}x{t} on {}: {:.1} ms (median of {})",
-        args.common.device,
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        args.common.runs
+    report(
+        &args.common,
+        &format!("bert-base forward {b}x{t}"),
+        &times,
+        1,
+        "",
+        &[],
     );
-    print_result(&times, 1, &[]);
 }

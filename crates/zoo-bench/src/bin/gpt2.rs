@@ -17,7 +17,7 @@ use clap::{Parser, ValueEnum};
 use zoo_bench::timed_runs;
 
 mod cli;
-use cli::{or_exit, print_result, start_or_exit};
+use cli::{or_exit, parse_and_start, report, time_outputs};
 use zoo_core::{GenerationConfig, generate};
 use zoo_decoder::{DecoderConfig, DecoderInput};
 
@@ -57,8 +57,7 @@ fn ids(n: usize) -> Vec<usize> {
 }
 
 fn main() {
-    let args = Args::parse();
-    let device = start_or_exit(&args.common);
+    let (args, device) = parse_and_start(|a: &Args| &a.common);
     device.seed(0);
     let model = or_exit(DecoderConfig::gpt2_small().init(&device));
     let runs = args.common.runs;
@@ -67,19 +66,20 @@ fn main() {
             let (b, t) = (args.batch, args.len);
             let data: Vec<i64> = ids(b * t).into_iter().map(|i| i as i64).collect();
             let tokens = Tensor::<2, Int>::from_data(TensorData::new(data, [b, t]), &device);
-            let times = timed_runs(runs, true, || {
-                let out = model
+            let times = time_outputs(runs, true, || {
+                model
                     .forward(DecoderInput::new(tokens.clone()))
-                    .expect("a valid input");
-                // Reading a value back waits for the backend to finish.
-                let _ = out.logits.slice([0..1, 0..1, 0..1]).into_data();
+                    .expect("a valid input")
+                    .logits
             });
-            println!(
-                "gpt2-small forward {b}x{t} on {}: {:.1} ms (median of {runs})",
-                args.common.device,
-                times[times.len() / 2].as_secs_f64() * 1e3
+            report(
+                &args.common,
+                &format!("gpt2-small forward {b}x{t}"),
+                &times,
+                1,
+                "",
+                &[],
             );
-            print_result(&times, 1, &[]);
         }
         Mode::Generate => {
             let prompt = ids(args.prompt);
@@ -97,14 +97,11 @@ fn main() {
                 );
                 std::process::exit(1);
             }
-            println!(
-                "gpt2-small greedy generation, prompt {} + {} new, on {}: {:.2} ms per token (median of {runs})",
-                args.prompt,
-                args.new,
-                args.common.device,
-                times[times.len() / 2].as_secs_f64() * 1e3 / args.new as f64
+            let what = format!(
+                "gpt2-small greedy generation, prompt {} + {} new",
+                args.prompt, args.new
             );
-            print_result(&times, args.new, &[]);
+            report(&args.common, &what, &times, args.new, "", &[]);
         }
     }
 }

@@ -17,12 +17,11 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
-use zoo_bench::timed_training_steps;
 use zoo_core::TokenLogits;
 use zoo_encoder::{BertConfig, BertForMaskedLm};
 
 mod cli;
-use cli::{or_exit, print_result, start_or_exit};
+use cli::{or_exit, parse_and_start, time_training};
 
 const VOCAB: usize = 4000;
 const BATCH: usize = 32;
@@ -47,8 +46,7 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
-    let device = start_or_exit(&args.common);
+    let (args, device) = parse_and_start(|a: &Args| &a.common);
     let mut cfg = BertConfig::new(VOCAB, 128, 4, 4, 512);
     cfg.max_position_embeddings = LEN;
     let ad = device.clone().autodiff();
@@ -83,13 +81,9 @@ fn main() {
         model = optim.step(1e-3, model.clone(), grads);
         loss.into_scalar::<f32>()
     };
-    let (times, last_loss) = or_exit(timed_training_steps(args.common.runs, step));
-    println!(
-        "masked-LM training step, head over {:?} positions ({m} of {n} chosen) on {}: {:.1} ms (median of {}), last loss {last_loss:.3}",
-        args.head,
-        args.common.device,
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        args.common.runs
+    let what = format!(
+        "masked-LM training step, head over {:?} positions ({m} of {n} chosen)",
+        args.head
     );
-    print_result(&times, 1, &[]);
+    time_training(&args.common, &what, step);
 }

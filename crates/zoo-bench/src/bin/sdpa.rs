@@ -16,10 +16,10 @@ use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use zoo_attention::Mask;
 use zoo_attention::sdpa::{attention_chunked, attention_fused, attention_reference};
-use zoo_bench::{ALLOC, timed_runs};
+use zoo_bench::ALLOC;
 
 mod cli;
-use cli::{or_exit, print_result, start_or_exit};
+use cli::{or_exit, parse_and_start, read_one, report, time_outputs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum AttentionPath {
@@ -45,8 +45,7 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
-    let device = start_or_exit(&args.common);
+    let (args, device) = parse_and_start(|a: &Args| &a.common);
     let (h, dh, t) = (8, 64, args.len);
     device.seed(0);
     let qkv = || Tensor::<4>::random([1, h, t, dh], Distribution::Normal(0.0, 1.0), &device);
@@ -64,17 +63,15 @@ fn main() {
     };
     // The first call, alone, measures the memory held beyond the inputs.
     let base = ALLOC.reset_peak();
-    let _ = run().slice([0..1, 0..1, 0..1, 0..1]).into_data();
+    read_one(run());
     let extra_mib = ALLOC.peak().saturating_sub(base) as f64 / (1024.0 * 1024.0);
-    let times = timed_runs(args.common.runs, false, || {
-        let _ = run().slice([0..1, 0..1, 0..1, 0..1]).into_data();
-    });
-    println!(
-        "{:?} causal attention, 8 heads x 64, T = {t}, on {}: {:.2} ms (median of {}), {extra_mib:.1} MiB beyond the inputs",
-        args.path,
-        args.common.device,
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        args.common.runs
+    let times = time_outputs(args.common.runs, false, run);
+    report(
+        &args.common,
+        &format!("{:?} causal attention, 8 heads x 64, T = {t}", args.path),
+        &times,
+        1,
+        &format!(", {extra_mib:.1} MiB beyond the inputs"),
+        &[("peak_extra_mib", extra_mib)],
     );
-    print_result(&times, 1, &[("peak_extra_mib", extra_mib)]);
 }

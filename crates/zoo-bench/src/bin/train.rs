@@ -20,10 +20,9 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
-use zoo_bench::timed_training_steps;
 
 mod cli;
-use cli::{or_exit, print_result, start_or_exit};
+use cli::{or_exit, parse_and_start, time_training};
 use zoo_decoder::{DecoderConfig, DecoderInput};
 
 /// Characters in the Shakespeare text's vocabulary.
@@ -50,8 +49,7 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
-    let device = start_or_exit(&args.common);
+    let (args, device) = parse_and_start(|a: &Args| &a.common);
     let (cfg, batch) = match args.preset {
         Preset::Char => (DecoderConfig::char_gpt(VOCAB), 64),
         Preset::Gpt2 => (DecoderConfig::new(VOCAB, 128, 4, 4, 64), 12),
@@ -73,6 +71,11 @@ fn main() {
         Tensor::from_data(TensorData::new(data, [batch, block]), &ad)
     };
     let (inputs, targets) = (rows(0), rows(1));
+    let what = format!(
+        "{:?} training step ({} parameters, batch {batch} x {block})",
+        args.preset,
+        model.valid().num_params()
+    );
     let loss_fn = CrossEntropyLossConfig::new().init(&ad);
     let step = || {
         let logits = model
@@ -85,14 +88,5 @@ fn main() {
         model = optim.step(1e-3, model.clone(), grads);
         loss.into_scalar::<f32>()
     };
-    let (times, last_loss) = or_exit(timed_training_steps(args.common.runs, step));
-    println!(
-        "{:?} training step ({} parameters, batch {batch} x {block}) on {}: {:.1} ms (median of {}), last loss {last_loss:.3}",
-        args.preset,
-        model.valid().num_params(),
-        args.common.device,
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        args.common.runs
-    );
-    print_result(&times, 1, &[]);
+    time_training(&args.common, &what, step);
 }

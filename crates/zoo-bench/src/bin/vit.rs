@@ -8,10 +8,9 @@
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::timed_runs;
 
 mod cli;
-use cli::{print_result, start_or_exit};
+use cli::{or_exit, parse_and_start, report, time_outputs};
 use zoo_vision::{ImageInput, ViTConfig};
 
 /// Times ViT-B/16 forward.
@@ -25,33 +24,20 @@ struct Args {
 }
 
 fn main() {
-    let args = Args::parse();
-    let device = start_or_exit(&args.common);
+    let (args, device) = parse_and_start(|a: &Args| &a.common);
     device.seed(0);
-    let model = ViTConfig::vit_base_patch16_224()
-        .init(false, &device)
-        .unwrap_or_else(|e| {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        });
+    let model = or_exit(ViTConfig::vit_base_patch16_224().init(false, &device));
     let pixels = Tensor::<4>::random(
         [args.batch, 3, 224, 224],
         Distribution::Normal(0.0, 1.0),
         &device,
     );
-    let times = timed_runs(args.common.runs, true, || {
-        let out = model
+    let times = time_outputs(args.common.runs, true, || {
+        model
             .forward(ImageInput::new(pixels.clone()))
-            .expect("a valid input");
-        // Reading a value back waits for the backend to finish.
-        let _ = out.last_hidden_state.slice([0..1, 0..1, 0..1]).into_data();
+            .expect("a valid input")
+            .last_hidden_state
     });
-    println!(
-        "vit-b/16 forward {}x3x224x224 on {}: {:.1} ms (median of {})",
-        args.batch,
-        args.common.device,
-        times[times.len() / 2].as_secs_f64() * 1e3,
-        args.common.runs
-    );
-    print_result(&times, 1, &[]);
+    let what = format!("vit-b/16 forward {}x3x224x224", args.batch);
+    report(&args.common, &what, &times, 1, "", &[]);
 }

@@ -23,14 +23,16 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use zoo_attention::{HiddenAct, QkvLayout, RopeLayout};
+use zoo_attention::{HiddenAct, QkvLayout};
 use zoo_core::ConfigError;
-use zoo_core::checkpoint::{KeyMap, TokenIds};
+use zoo_core::checkpoint::KeyMap;
 
-use crate::config::{DecoderConfig, PositionKind};
+use crate::config::DecoderConfig;
+#[cfg(test)]
+use crate::config::PositionKind;
 use crate::error::Result;
+use crate::hf::{RopeFields, RotarySizes, SpecialTokens};
 use crate::layer::LayerKind;
-use crate::pretrained::{RopeParameters, rope};
 
 /// `config.json`'s `model_type`.
 pub const MODEL_TYPE: &str = "gpt_neox";
@@ -90,27 +92,15 @@ fn yes() -> bool {
 /// dropouts, `initializer_range`, ...) are kept in `other` and written back on saving.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GptNeoXConfig {
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// Model width.
-    pub hidden_size: usize,
-    /// MLP width.
-    pub intermediate_size: usize,
-    /// Number of layers.
-    pub num_hidden_layers: usize,
-    /// Number of heads (as many for keys and values).
-    pub num_attention_heads: usize,
+    /// The sizes (as many key/value heads as query heads).
+    #[serde(flatten)]
+    pub sizes: RotarySizes,
     /// MLP non-linearity. Default: exact `gelu`.
     #[serde(default = "gelu")]
     pub hidden_act: HiddenAct,
-    /// Longest sequence.
-    pub max_position_embeddings: usize,
     /// LayerNorm epsilon. Default: 1e-5.
     #[serde(default = "eps_1e5")]
     pub layer_norm_eps: f64,
-    /// The LM head is the token embedding. Default: false.
-    #[serde(default)]
-    pub tie_word_embeddings: bool,
     /// Attention and the MLP side by side. Default: true.
     #[serde(default = "yes")]
     pub use_parallel_residual: bool,
@@ -124,18 +114,12 @@ pub struct GptNeoXConfig {
     /// The RoPE base, in older configs. Default: 10000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotary_emb_base: Option<f64>,
-    /// The RoPE settings of recent configs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_parameters: Option<RopeParameters>,
-    /// RoPE scaling of older configs: `null`, `default`, `linear` or `llama3`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_scaling: Option<Value>,
-    /// Start-of-text token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bos_token_id: Option<usize>,
-    /// End-of-text token(s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eos_token_id: Option<TokenIds>,
+    /// The RoPE base and scaling of recent configs, and the scaling of older ones.
+    #[serde(flatten)]
+    pub rope: RopeFields,
+    /// The start and end tokens.
+    #[serde(flatten)]
+    pub tokens: SpecialTokens,
     /// Every other field of the file.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -145,10 +129,8 @@ impl GptNeoXConfig {
     /// The rotated share of each head: `rope_parameters.partial_rotary_factor`, else
     /// `rotary_pct`, else HF's default of 0.25.
     pub fn partial_rotary_factor(&self) -> f64 {
-        self.rope_parameters
-            .as_ref()
-            .and_then(|p| p.other.get("partial_rotary_factor"))
-            .and_then(Value::as_f64)
+        self.rope
+            .parameter("partial_rotary_factor")
             .or(self.rotary_pct)
             .unwrap_or(0.25)
     }
@@ -159,8 +141,8 @@ impl GptNeoXConfig {
     /// A rotated share that leaves an odd or empty number of features, or a RoPE type the
     /// zoo does not implement.
     pub fn decoder(&self) -> Result<DecoderConfig> {
-        let heads = self.num_attention_heads.max(1);
-        let head_dim = self.hidden_size / heads;
+        let heads = self.sizes.num_attention_heads.max(1);
+        let head_dim = self.sizes.hidden_size / heads;
         let factor = self.partial_rotary_factor();
         // HF truncates: `int(head_dim * partial_rotary_factor)`.
         let rope_dim = (head_dim as f64 * factor) as usize;
@@ -172,38 +154,23 @@ impl GptNeoXConfig {
             )
             .into());
         }
-        let (theta, scaling) = rope(
-            self.rope_parameters.as_ref(),
-            self.rope_scaling.as_ref(),
-            self.rotary_emb_base,
-        )?;
         let layer = if self.use_parallel_residual {
             LayerKind::Parallel
         } else {
             LayerKind::Sequential
         };
-        Ok(DecoderConfig::new(
-            self.vocab_size,
-            self.hidden_size,
-            self.num_hidden_layers,
-            self.num_attention_heads,
-            self.max_position_embeddings,
-        )
-        .with_d_ff(Some(self.intermediate_size))
-        .with_activation(self.hidden_act.ffn())
-        .with_norm_eps(self.layer_norm_eps)
-        .with_positions(PositionKind::Rope {
-            theta,
-            layout: RopeLayout::HalfSplit,
-        })
-        .with_rope_dim((rope_dim < head_dim).then_some(rope_dim))
-        .with_qkv_layout(QkvLayout::PerHead)
-        .with_qkv_bias(Some(self.attention_bias))
-        .with_out_bias(Some(self.attention_bias))
-        .with_mlp_bias(Some(true))
-        .with_tie_embeddings(self.tie_word_embeddings)
-        .with_layer(layer)
-        .with_rope_scaling(scaling))
+        let cfg = self
+            .sizes
+            .decoder()
+            .with_activation(self.hidden_act.ffn())
+            .with_norm_eps(self.layer_norm_eps)
+            .with_rope_dim((rope_dim < head_dim).then_some(rope_dim))
+            .with_qkv_layout(QkvLayout::PerHead)
+            .with_qkv_bias(Some(self.attention_bias))
+            .with_out_bias(Some(self.attention_bias))
+            .with_mlp_bias(Some(true))
+            .with_layer(layer);
+        self.rope.apply(cfg, self.rotary_emb_base)
     }
 }
 

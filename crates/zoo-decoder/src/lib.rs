@@ -19,6 +19,7 @@ pub mod bigram;
 pub mod config;
 mod error;
 pub mod gpt_neox;
+pub mod hf;
 pub mod layer;
 mod lm;
 pub mod model;

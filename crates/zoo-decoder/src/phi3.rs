@@ -25,12 +25,13 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use zoo_attention::{FfnActivation, GateLayout, HiddenAct, RopeLayout};
-use zoo_core::checkpoint::TokenIds;
+use zoo_attention::{FfnActivation, GateLayout, HiddenAct};
 
-use crate::config::{DecoderConfig, PositionKind};
+use crate::config::DecoderConfig;
+#[cfg(test)]
+use crate::config::PositionKind;
 use crate::error::Result;
-use crate::pretrained::{RopeParameters, rope, unsupported};
+use crate::hf::{RopeFields, RotarySizes, SpecialTokens, unsupported};
 
 /// `config.json`'s `model_type`.
 pub const MODEL_TYPE: &str = "phi3";
@@ -50,43 +51,19 @@ fn eps_1e5() -> f64 {
 /// saving.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Phi3Config {
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// Model width.
-    pub hidden_size: usize,
-    /// MLP width (each half of `gate_up_proj`).
-    pub intermediate_size: usize,
-    /// Number of blocks.
-    pub num_hidden_layers: usize,
-    /// Query heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads (GQA, as Phi-3-medium); `null` means as many as the query heads.
-    #[serde(default)]
-    pub num_key_value_heads: Option<usize>,
-    /// Width of one head; `null` means `hidden_size / num_attention_heads`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub head_dim: Option<usize>,
+    /// The sizes (`intermediate_size` is each half of `gate_up_proj`).
+    #[serde(flatten)]
+    pub sizes: RotarySizes,
     /// Gate non-linearity. Default: `silu`.
     #[serde(default = "silu")]
     pub hidden_act: HiddenAct,
-    /// Longest sequence.
-    pub max_position_embeddings: usize,
     /// RMSNorm epsilon. Default: 1e-5.
     #[serde(default = "eps_1e5")]
     pub rms_norm_eps: f64,
-    /// The LM head is the token embedding. Default: false.
-    #[serde(default)]
-    pub tie_word_embeddings: bool,
-    /// The RoPE base of older configs. Default: 10000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_theta: Option<f64>,
-    /// The RoPE settings of recent configs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_parameters: Option<RopeParameters>,
-    /// RoPE scaling: `null`, `default`, `linear` or `llama3` (`longrope`, on the 128k
-    /// checkpoints, is refused).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_scaling: Option<Value>,
+    /// The RoPE base and scaling: `null`, `default`, `linear` or `llama3` (`longrope`, on
+    /// the 128k checkpoints, is refused).
+    #[serde(flatten)]
+    pub rope: RopeFields,
     /// The share of each head that is rotated (older configs; recent ones put it in
     /// `rope_parameters`); only 1 is implemented. Default: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,12 +71,9 @@ pub struct Phi3Config {
     /// Each position sees this many, itself included (Phi-3-mini-4k: 2047).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<usize>,
-    /// Start-of-text token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bos_token_id: Option<usize>,
-    /// End-of-text token(s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eos_token_id: Option<TokenIds>,
+    /// The start and end tokens.
+    #[serde(flatten)]
+    pub tokens: SpecialTokens,
     /// Every other field of the file.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -112,10 +86,8 @@ impl Phi3Config {
     /// A setting the zoo does not implement.
     pub fn decoder(&self) -> Result<DecoderConfig> {
         let partial = self
-            .rope_parameters
-            .as_ref()
-            .and_then(|p| p.other.get("partial_rotary_factor"))
-            .and_then(Value::as_f64)
+            .rope
+            .parameter("partial_rotary_factor")
             .or(self.partial_rotary_factor)
             .unwrap_or(1.0);
         if partial != 1.0 {
@@ -132,35 +104,13 @@ impl Phi3Config {
                 "Phi-3's gated MLP takes silu",
             ));
         }
-        let (theta, scaling) = rope(
-            self.rope_parameters.as_ref(),
-            self.rope_scaling.as_ref(),
-            self.rope_theta,
-        )?;
-        Ok(DecoderConfig::new(
-            self.vocab_size,
-            self.hidden_size,
-            self.num_hidden_layers,
-            self.num_attention_heads,
-            self.max_position_embeddings,
-        )
-        .llama_style()
-        .with_n_kv_heads(Some(
-            self.num_key_value_heads.unwrap_or(self.num_attention_heads),
-        ))
-        .with_head_dim(self.head_dim)
-        .with_d_ff(Some(self.intermediate_size))
-        .with_activation(FfnActivation::SwiGlu)
-        .with_gate_layout(GateLayout::Fused)
-        .with_fused_qkv(true)
-        .with_positions(PositionKind::Rope {
-            theta,
-            layout: RopeLayout::HalfSplit,
-        })
-        .with_norm_eps(self.rms_norm_eps)
-        .with_tie_embeddings(self.tie_word_embeddings)
-        .with_sliding_window(self.sliding_window)
-        .with_rope_scaling(scaling))
+        Ok(self
+            .sizes
+            .llama_style(&self.rope, self.rms_norm_eps)?
+            .with_activation(FfnActivation::SwiGlu)
+            .with_gate_layout(GateLayout::Fused)
+            .with_fused_qkv(true)
+            .with_sliding_window(self.sliding_window))
     }
 }
 

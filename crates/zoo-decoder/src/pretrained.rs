@@ -31,14 +31,16 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use zoo_attention::{FfnActivation, HiddenAct, RopeLayout, RopeScaling};
+use zoo_attention::{FfnActivation, HiddenAct};
 use zoo_core::ConfigError;
 pub use zoo_core::checkpoint::TokenIds;
 use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 
-use crate::config::{DecoderConfig, PositionKind};
-use crate::error::{DecoderError, Result};
+use crate::config::DecoderConfig;
+use crate::error::Result;
 use crate::gpt_neox::{self, GptNeoXConfig};
+use crate::hf::unsupported;
+pub use crate::hf::{RopeFields, RopeParameters, RotarySizes, SpecialTokens};
 use crate::model::DecoderLm;
 use crate::phi3::{self, Phi3Config};
 use crate::registry::ARCHITECTURES;
@@ -95,27 +97,10 @@ pub struct Gpt2Config {
     /// The LM head is the token embedding. Default: true.
     #[serde(default = "yes")]
     pub tie_word_embeddings: bool,
-    /// Start-of-text token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bos_token_id: Option<usize>,
-    /// End-of-text token(s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eos_token_id: Option<TokenIds>,
-    /// Every other field of the file.
+    /// The start and end tokens.
     #[serde(flatten)]
-    pub other: Map<String, Value>,
-}
-
-/// The `rope_parameters` object of recent `transformers` configs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RopeParameters {
-    /// `default` is the only type the zoo implements.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_type: Option<String>,
-    /// The frequency base.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_theta: Option<f64>,
-    /// Every other field.
+    pub tokens: SpecialTokens,
+    /// Every other field of the file.
     #[serde(flatten)]
     pub other: Map<String, Value>,
 }
@@ -126,42 +111,18 @@ pub struct RopeParameters {
 pub struct LlamaConfig {
     /// `llama`, `mistral` or `qwen2`.
     pub model_type: String,
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// Model width.
-    pub hidden_size: usize,
-    /// MLP width.
-    pub intermediate_size: usize,
-    /// Number of blocks.
-    pub num_hidden_layers: usize,
-    /// Query heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads (GQA); `null` means as many as the query heads.
-    #[serde(default)]
-    pub num_key_value_heads: Option<usize>,
-    /// Width of one head; `null` means `hidden_size / num_attention_heads`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub head_dim: Option<usize>,
+    /// The sizes.
+    #[serde(flatten)]
+    pub sizes: RotarySizes,
     /// Gate non-linearity. Default: `silu` (SwiGLU).
     #[serde(default = "silu")]
     pub hidden_act: HiddenAct,
-    /// Longest sequence.
-    pub max_position_embeddings: usize,
     /// RMSNorm epsilon. Default: 1e-6.
     #[serde(default = "eps_1e6")]
     pub rms_norm_eps: f64,
-    /// The LM head is the token embedding. Default: false.
-    #[serde(default)]
-    pub tie_word_embeddings: bool,
-    /// The RoPE base of older configs. Default: 10000.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_theta: Option<f64>,
-    /// The RoPE settings of recent configs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_parameters: Option<RopeParameters>,
-    /// RoPE scaling (long-context variants); only `null` or the `default` type is supported.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rope_scaling: Option<Value>,
+    /// The RoPE base and scaling.
+    #[serde(flatten)]
+    pub rope: RopeFields,
     /// Biases on Q, K, V and O (Llama). Qwen2 always has Q, K and V biases.
     #[serde(default)]
     pub attention_bias: bool,
@@ -174,12 +135,9 @@ pub struct LlamaConfig {
     /// Qwen2 uses its window only when this is true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_sliding_window: Option<bool>,
-    /// Start-of-text token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bos_token_id: Option<usize>,
-    /// End-of-text token(s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub eos_token_id: Option<TokenIds>,
+    /// The start and end tokens.
+    #[serde(flatten)]
+    pub tokens: SpecialTokens,
     /// Every other field of the file.
     #[serde(flatten)]
     pub other: Map<String, Value>,
@@ -196,15 +154,6 @@ pub enum HfDecoderConfig {
     Phi3(Phi3Config),
     /// `gpt_neox`.
     GptNeoX(GptNeoXConfig),
-}
-
-/// A checkpoint setting the zoo does not implement: its name, its value, and what is.
-pub(crate) fn unsupported(
-    name: &str,
-    value: impl std::fmt::Display,
-    supported: &str,
-) -> DecoderError {
-    ConfigError::unsupported(name, value, supported).into()
 }
 
 impl HfDecoderConfig {
@@ -267,21 +216,25 @@ impl HfDecoderConfig {
 
     /// The end-of-text tokens, where the config names them.
     pub fn eos_token_ids(&self) -> Vec<usize> {
-        let eos = match self {
-            Self::Gpt2(c) => &c.eos_token_id,
-            Self::Llama(c) => &c.eos_token_id,
-            Self::Phi3(c) => &c.eos_token_id,
-            Self::GptNeoX(c) => &c.eos_token_id,
+        let tokens = match self {
+            Self::Gpt2(c) => &c.tokens,
+            Self::Llama(c) => &c.tokens,
+            Self::Phi3(c) => &c.tokens,
+            Self::GptNeoX(c) => &c.tokens,
         };
-        eos.as_ref().map(TokenIds::ids).unwrap_or_default()
+        tokens
+            .eos_token_id
+            .as_ref()
+            .map(TokenIds::ids)
+            .unwrap_or_default()
     }
 
     fn tied(&self) -> bool {
         match self {
             Self::Gpt2(c) => c.tie_word_embeddings,
-            Self::Llama(c) => c.tie_word_embeddings,
-            Self::Phi3(c) => c.tie_word_embeddings,
-            Self::GptNeoX(c) => c.tie_word_embeddings,
+            Self::Llama(c) => c.sizes.tie_word_embeddings,
+            Self::Phi3(c) => c.sizes.tie_word_embeddings,
+            Self::GptNeoX(c) => c.sizes.tie_word_embeddings,
         }
     }
 
@@ -342,78 +295,7 @@ fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
     )
 }
 
-/// The RoPE base and scaling of a config: the type and its settings from
-/// `rope_parameters` (recent configs) or `rope_scaling` (older ones); the base from
-/// `rope_parameters`, else the top-level `theta`, else 10000.
-///
-/// # Errors
-/// A RoPE type the zoo does not implement (it implements `default`, `linear` and
-/// `llama3`), or a scaling without its settings or with settings out of range.
-pub(crate) fn rope(
-    parameters: Option<&RopeParameters>,
-    scaling: Option<&Value>,
-    theta: Option<f64>,
-) -> Result<(f64, RopeScaling)> {
-    let spec = match parameters.and_then(|p| named(p.rope_type.as_deref())) {
-        Some(kind) => Some(("rope_parameters", kind, parameters.map(|p| &p.other))),
-        None => scaling.and_then(Value::as_object).and_then(|s| {
-            let kind = s.get("rope_type").or_else(|| s.get("type"))?.as_str();
-            named(kind).map(|k| ("rope_scaling", k, Some(s)))
-        }),
-    };
-    let scaling = match spec {
-        None => RopeScaling::None,
-        Some((place, kind, fields)) => {
-            let number = |name: &str| {
-                fields
-                    .and_then(|f| f.get(name))
-                    .and_then(Value::as_f64)
-                    .ok_or_else(|| {
-                        DecoderError::from(ConfigError::conflict(format!(
-                            "{place} of type {kind:?} has no number {name}"
-                        )))
-                    })
-            };
-            match kind {
-                "linear" => RopeScaling::Linear {
-                    factor: number("factor")?,
-                },
-                "llama3" => RopeScaling::Llama3 {
-                    factor: number("factor")?,
-                    low_freq_factor: number("low_freq_factor")?,
-                    high_freq_factor: number("high_freq_factor")?,
-                    original_max_position_embeddings: number("original_max_position_embeddings")?
-                        as usize,
-                },
-                other => {
-                    return Err(unsupported(
-                        &format!("{place}.rope_type"),
-                        format!("{other:?}"),
-                        "default, linear and llama3 are",
-                    ));
-                }
-            }
-        }
-    };
-    scaling.validate()?;
-    let theta = parameters
-        .and_then(|p| p.rope_theta)
-        .or(theta)
-        .unwrap_or(10000.0);
-    Ok((theta, scaling))
-}
-
-/// A RoPE type other than the default.
-fn named(kind: Option<&str>) -> Option<&str> {
-    kind.filter(|t| *t != "default")
-}
-
 fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
-    let (theta, scaling) = rope(
-        c.rope_parameters.as_ref(),
-        c.rope_scaling.as_ref(),
-        c.rope_theta,
-    )?;
     let activation = match c.hidden_act {
         HiddenAct::Silu => FfnActivation::SwiGlu,
         HiddenAct::GeluTanh => FfnActivation::GeGlu,
@@ -442,29 +324,13 @@ fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
         _ => None,
     };
     let qkv_bias = c.attention_bias || c.model_type == "qwen2";
-    Ok(DecoderConfig::new(
-        c.vocab_size,
-        c.hidden_size,
-        c.num_hidden_layers,
-        c.num_attention_heads,
-        c.max_position_embeddings,
-    )
-    .llama_style()
-    .with_n_kv_heads(Some(c.num_key_value_heads.unwrap_or(c.num_attention_heads)))
-    .with_head_dim(c.head_dim)
-    .with_d_ff(Some(c.intermediate_size))
-    .with_activation(activation)
-    .with_positions(PositionKind::Rope {
-        theta,
-        layout: RopeLayout::HalfSplit,
-    })
-    .with_norm_eps(c.rms_norm_eps)
-    .with_tie_embeddings(c.tie_word_embeddings)
-    .with_qkv_bias(Some(qkv_bias))
-    .with_out_bias(Some(c.attention_bias))
-    .with_mlp_bias(Some(c.mlp_bias))
-    .with_sliding_window(window)
-    .with_rope_scaling(scaling))
+    Ok(c.sizes
+        .llama_style(&c.rope, c.rms_norm_eps)?
+        .with_activation(activation)
+        .with_qkv_bias(Some(qkv_bias))
+        .with_out_bias(Some(c.attention_bias))
+        .with_mlp_bias(Some(c.mlp_bias))
+        .with_sliding_window(window))
 }
 
 /// GPT-2's names without the `transformer.` prefix, and module paths.
@@ -565,6 +431,8 @@ impl DecoderLm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PositionKind;
+    use zoo_attention::RopeLayout;
 
     fn llama_json() -> Value {
         serde_json::json!({

@@ -1,0 +1,284 @@
+//! The `config.json` fields that many decoder architectures share, each group written
+//! once with HF's names and flattened into every architecture's config:
+//! - [`RotarySizes`]: the sizes of a Llama-shaped decoder;
+//! - [`RopeFields`]: the RoPE base and scaling, in the old form (`rope_theta`,
+//!   `rope_scaling`) and the new (`rope_parameters`);
+//! - [`SpecialTokens`]: the start and end tokens.
+//!
+//! None of these groups flattens another: serde hands a field to one flattened group
+//! only when the group is a plain struct, so each architecture's `other` map (last in
+//! its struct) keeps exactly the fields that no group took.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use zoo_attention::{RopeLayout, RopeScaling};
+use zoo_core::ConfigError;
+use zoo_core::checkpoint::TokenIds;
+
+use crate::config::{DecoderConfig, PositionKind};
+use crate::error::{DecoderError, Result};
+
+/// A checkpoint setting the zoo does not implement: its name, its value, and what is.
+pub(crate) fn unsupported(
+    name: &str,
+    value: impl std::fmt::Display,
+    supported: &str,
+) -> DecoderError {
+    ConfigError::unsupported(name, value, supported).into()
+}
+
+/// The sizes of a Llama-shaped decoder (Llama, Mistral, Qwen2, Phi-3, GPT-NeoX).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RotarySizes {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width (each half of a fused `gate_up_proj`).
+    pub intermediate_size: usize,
+    /// Number of blocks.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (GQA); absent or `null` means as many as the query heads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_key_value_heads: Option<usize>,
+    /// Width of one head; absent or `null` means `hidden_size / num_attention_heads`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// Longest sequence.
+    pub max_position_embeddings: usize,
+    /// The LM head is the token embedding. Default: false.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+}
+
+impl RotarySizes {
+    /// A decoder of these sizes, with everything else at [`DecoderConfig::new`]'s
+    /// defaults (the caller picks the blocks).
+    pub fn decoder(&self) -> DecoderConfig {
+        self.sized(self.base())
+    }
+
+    /// A decoder of these sizes with the Llama family's blocks
+    /// ([`DecoderConfig::llama_style`]: RMSNorm of epsilon `eps`, SwiGLU, no biases) and
+    /// `rope`'s rotary positions.
+    ///
+    /// # Errors
+    /// As [`RopeFields::resolve`].
+    pub fn llama_style(&self, rope: &RopeFields, eps: f64) -> Result<DecoderConfig> {
+        let cfg = self.sized(self.base().llama_style()).with_norm_eps(eps);
+        rope.apply(cfg, None)
+    }
+
+    fn base(&self) -> DecoderConfig {
+        DecoderConfig::new(
+            self.vocab_size,
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.num_attention_heads,
+            self.max_position_embeddings,
+        )
+    }
+
+    /// `cfg` with the sizes that its constructor does not take.
+    fn sized(&self, cfg: DecoderConfig) -> DecoderConfig {
+        cfg.with_n_kv_heads(Some(
+            self.num_key_value_heads.unwrap_or(self.num_attention_heads),
+        ))
+        .with_head_dim(self.head_dim)
+        .with_d_ff(Some(self.intermediate_size))
+        .with_tie_embeddings(self.tie_word_embeddings)
+    }
+}
+
+/// The `rope_parameters` object of recent `transformers` configs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeParameters {
+    /// `default`, `linear` or `llama3`; other types are refused by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_type: Option<String>,
+    /// The frequency base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// Every other field.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// The RoPE fields of a `config.json`, old and new.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RopeFields {
+    /// The RoPE base of older configs. Default: 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_theta: Option<f64>,
+    /// The RoPE settings of recent configs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_parameters: Option<RopeParameters>,
+    /// RoPE scaling of older configs: `null`, `default`, `linear` or `llama3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<Value>,
+}
+
+impl RopeFields {
+    /// A number of `rope_parameters` other than its type and base
+    /// (`partial_rotary_factor`, ...).
+    pub fn parameter(&self, name: &str) -> Option<f64> {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|p| p.other.get(name))
+            .and_then(Value::as_f64)
+    }
+
+    /// The RoPE base and scaling: the type and its settings from `rope_parameters`
+    /// (recent configs) or `rope_scaling` (older ones); the base from `rope_parameters`,
+    /// else `rope_theta`, else `old_theta` (an architecture's own older name for it),
+    /// else 10000.
+    ///
+    /// # Errors
+    /// A RoPE type the zoo does not implement (it implements `default`, `linear` and
+    /// `llama3`), or a scaling without its settings or with settings out of range.
+    pub fn resolve(&self, old_theta: Option<f64>) -> Result<(f64, RopeScaling)> {
+        let parameters = self.rope_parameters.as_ref();
+        let spec = match parameters.and_then(|p| named(p.rope_type.as_deref())) {
+            Some(kind) => Some(("rope_parameters", kind, parameters.map(|p| &p.other))),
+            None => self
+                .rope_scaling
+                .as_ref()
+                .and_then(Value::as_object)
+                .and_then(|s| {
+                    let kind = s.get("rope_type").or_else(|| s.get("type"))?.as_str();
+                    named(kind).map(|k| ("rope_scaling", k, Some(s)))
+                }),
+        };
+        let scaling = match spec {
+            None => RopeScaling::None,
+            Some((place, kind, fields)) => scaling(place, kind, fields)?,
+        };
+        scaling.validate()?;
+        let theta = parameters
+            .and_then(|p| p.rope_theta)
+            .or(self.rope_theta)
+            .or(old_theta)
+            .unwrap_or(10000.0);
+        Ok((theta, scaling))
+    }
+
+    /// `cfg` with half-split rotary positions of [`Self::resolve`]'s base and scaling.
+    ///
+    /// # Errors
+    /// As [`Self::resolve`].
+    pub fn apply(&self, cfg: DecoderConfig, old_theta: Option<f64>) -> Result<DecoderConfig> {
+        let (theta, scaling) = self.resolve(old_theta)?;
+        Ok(cfg
+            .with_positions(PositionKind::Rope {
+                theta,
+                layout: RopeLayout::HalfSplit,
+            })
+            .with_rope_scaling(scaling))
+    }
+}
+
+/// A RoPE type other than the default.
+fn named(kind: Option<&str>) -> Option<&str> {
+    kind.filter(|t| *t != "default")
+}
+
+/// The scaling of type `kind`, its numbers read from `fields` (at `place`, for errors).
+fn scaling(place: &str, kind: &str, fields: Option<&Map<String, Value>>) -> Result<RopeScaling> {
+    let number = |name: &str| {
+        fields
+            .and_then(|f| f.get(name))
+            .and_then(Value::as_f64)
+            .ok_or_else(|| {
+                DecoderError::from(ConfigError::conflict(format!(
+                    "{place} of type {kind:?} has no number {name}"
+                )))
+            })
+    };
+    Ok(match kind {
+        "linear" => RopeScaling::Linear {
+            factor: number("factor")?,
+        },
+        "llama3" => RopeScaling::Llama3 {
+            factor: number("factor")?,
+            low_freq_factor: number("low_freq_factor")?,
+            high_freq_factor: number("high_freq_factor")?,
+            original_max_position_embeddings: number("original_max_position_embeddings")? as usize,
+        },
+        other => {
+            return Err(unsupported(
+                &format!("{place}.rope_type"),
+                format!("{other:?}"),
+                "default, linear and llama3 are",
+            ));
+        }
+    })
+}
+
+/// The start and end tokens of a `config.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpecialTokens {
+    /// Start-of-text token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<usize>,
+    /// End-of-text token(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos_token_id: Option<TokenIds>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Flat {
+        #[serde(flatten)]
+        sizes: RotarySizes,
+        #[serde(flatten)]
+        rope: RopeFields,
+        #[serde(flatten)]
+        tokens: SpecialTokens,
+        #[serde(flatten)]
+        other: Map<String, Value>,
+    }
+
+    #[test]
+    fn each_field_lands_in_one_group_and_saves_once() {
+        let json = serde_json::json!({
+            "vocab_size": 50, "hidden_size": 32, "intermediate_size": 40,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 16, "rope_theta": 300.0, "eos_token_id": [1, 2],
+            "tie_word_embeddings": false, "initializer_range": 0.02,
+        });
+        let flat: Flat = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(flat.sizes.num_key_value_heads, Some(2));
+        assert_eq!(flat.rope.rope_theta, Some(300.0));
+        assert_eq!(
+            flat.tokens.eos_token_id.as_ref().map(TokenIds::ids),
+            Some(vec![1, 2])
+        );
+        assert_eq!(flat.other.keys().collect::<Vec<_>>(), ["initializer_range"]);
+        assert_eq!(serde_json::to_value(&flat).unwrap(), json);
+    }
+
+    #[test]
+    fn the_base_comes_from_the_newest_place() {
+        let fields = |json: Value| serde_json::from_value::<RopeFields>(json).unwrap();
+        let theta = |f: RopeFields, old| f.resolve(old).unwrap().0;
+        assert_eq!(theta(fields(serde_json::json!({})), None), 10000.0);
+        assert_eq!(theta(fields(serde_json::json!({})), Some(500.0)), 500.0);
+        let both = fields(serde_json::json!({"rope_theta": 300.0,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 700.0}}));
+        assert_eq!(theta(both.clone(), Some(500.0)), 700.0);
+        assert_eq!(both.parameter("partial_rotary_factor"), None);
+        let e = fields(serde_json::json!({"rope_scaling": {"type": "linear"}}))
+            .resolve(None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rope_scaling of type \"linear\" has no number factor"),
+            "{e}"
+        );
+    }
+}

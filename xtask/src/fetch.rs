@@ -110,38 +110,23 @@ pub(crate) fn fixtures() -> Result<()> {
     ensure_reference_packages(&venv)?;
     let minilm = fetch_minilm()?;
     let root = workspace_root();
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("xtask/fixtures/bert.py"))
-            .arg(root.join("crates/zoo-encoder/tests/fixtures"))
-            .arg(&minilm),
-        "xtask/fixtures/bert.py",
-    )?;
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("xtask/fixtures/roberta.py"))
-            .arg(root.join("crates/zoo-encoder/tests/fixtures"))
-            .arg(root.join("datasets/shakespeare/tiny.txt")),
-        "xtask/fixtures/roberta.py",
-    )?;
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("xtask/fixtures/vit.py"))
-            .arg(root.join("crates/zoo-vision/tests/fixtures")),
-        "xtask/fixtures/vit.py",
-    )?;
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("xtask/fixtures/decoder.py"))
-            .arg(root.join("crates/zoo-decoder/tests/fixtures"))
-            .arg(root.join("datasets/shakespeare/tiny.txt")),
-        "xtask/fixtures/decoder.py",
-    )?;
-    run_checked(
-        Command::new(&python)
-            .arg(root.join("xtask/fixtures/seq2seq.py"))
-            .arg(root.join("crates/zoo-seq2seq/tests/fixtures"))
-            .arg(root.join("datasets/shakespeare/tiny.txt")),
-        "xtask/fixtures/seq2seq.py",
-    )
+    let shakespeare = root.join("datasets/shakespeare/tiny.txt");
+    // Each script, the fixture folder it writes, and the file it reads, if any.
+    let scripts = [
+        ("bert.py", "zoo-encoder", Some(minilm.as_path())),
+        ("roberta.py", "zoo-encoder", Some(shakespeare.as_path())),
+        ("vit.py", "zoo-vision", None),
+        ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
+        ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
+    ];
+    for (script, family, input) in scripts {
+        let path = root.join("xtask/fixtures").join(script);
+        let mut command = Command::new(&python);
+        command
+            .arg(&path)
+            .arg(root.join("crates").join(family).join("tests/fixtures"))
+            .args(input);
+        run_checked(&mut command, &format!("xtask/fixtures/{script}"))?;
+    }
+    Ok(())
 }

@@ -17,15 +17,7 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 
-const MODELS: [&str; 7] = [
-    "gpt2-tiny",
-    "llama-tiny",
-    "mistral-tiny",
-    "qwen2-tiny",
-    "phi3-tiny",
-    "gpt-neox-tiny",
-    "llama3-tiny",
-];
+const MODELS: [&str; 7] = zoo_fixtures::DECODER_FIXTURES;
 
 fn fixture(name: &str) -> PathBuf {
     zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)

@@ -17,6 +17,19 @@ pub fn fixture(manifest_dir: &str, name: &str) -> PathBuf {
     Path::new(manifest_dir).join("tests/fixtures").join(name)
 }
 
+/// The causal-LM fixtures of `zoo-decoder/tests/fixtures`, one per architecture or
+/// setting that `xtask/fixtures/decoder.py` writes, each with the same `expected.json`
+/// layout (logits, greedy and beam tokens, tokenizer samples).
+pub const DECODER_FIXTURES: [&str; 7] = [
+    "gpt2-tiny",
+    "llama-tiny",
+    "mistral-tiny",
+    "qwen2-tiny",
+    "phi3-tiny",
+    "gpt-neox-tiny",
+    "llama3-tiny",
+];
+
 /// A tensor as `xtask/fixtures/common.py` writes it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Output {

@@ -277,10 +277,7 @@ fn run(args: Args) -> Result<(), Error> {
             CausalLmBatcher::new(tok.pad_id() as usize),
             &cfg,
             std::slice::from_ref(&device),
-            FitOptions {
-                report: Some(Box::new(|r| println!("{r}"))),
-                ..FitOptions::default()
-            },
+            FitOptions::printing(),
         )
         .map_err(Error::from),
         "--overwrite replaces it, --artifacts chooses another folder",

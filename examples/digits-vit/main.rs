@@ -168,10 +168,7 @@ fn run(args: Args) -> Result<(), Error> {
             &test,
             cnn.as_ref(),
             &device,
-            FitOptions {
-                report: Some(Box::new(|r| println!("{r}"))),
-                ..FitOptions::default()
-            },
+            FitOptions::printing(),
         ),
         "--overwrite replaces it, --artifacts chooses another folder",
     )?;

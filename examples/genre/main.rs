@@ -205,10 +205,7 @@ fn run(args: Args) -> Result<(), Error> {
             batcher.clone(),
             &cfg,
             std::slice::from_ref(&device),
-            FitOptions {
-                report: Some(Box::new(|r| println!("{r}"))),
-                ..FitOptions::default()
-            },
+            FitOptions::printing(),
         )
         .map_err(Error::from),
         "--overwrite replaces it, --artifacts chooses another folder",

@@ -117,8 +117,7 @@ fn run(args: Args) -> Result<(), Error> {
         std::slice::from_ref(&device),
         FitOptions {
             resume: args.resume,
-            report: Some(Box::new(|r| println!("{r}"))),
-            ..FitOptions::default()
+            ..FitOptions::printing()
         },
     )
     .map_err(Error::from);

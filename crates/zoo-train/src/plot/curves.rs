@@ -7,9 +7,9 @@ use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
-use crate::error::{Result, TrainError, io_err};
+use crate::error::{Result, TrainError};
 
-use super::{PANEL, curve_color, font_ready, wants_log_scale};
+use super::{PANEL, curve_color, wants_log_scale, write_png};
 
 /// One panel: a metric and its train / valid curves as `(x, value)` points.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,13 +73,9 @@ pub fn plot_rounds(rounds: &[BTreeMap<String, f64>], x_axis: &str, dir: &Path) -
     if panels.is_empty() {
         return Err(TrainError::Format("no metrics to plot".into()));
     }
-    let path = dir.join("metrics.png");
-    // The bitmap backend picks its encoder from the extension, so the name ends in .png.
-    let tmp = dir.join(".metrics.tmp.png");
-    draw(&panels, x_axis, font_ready(), &tmp)
-        .map_err(|e| TrainError::Format(format!("plot {}: {e}", path.display())))?;
-    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
-    Ok(path)
+    write_png(&dir.join("metrics.png"), "plot", |tmp, text| {
+        draw(&panels, x_axis, text, tmp)
+    })
 }
 
 fn draw(
@@ -178,6 +174,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plot::font_ready;
 
     fn rounds() -> Vec<BTreeMap<String, f64>> {
         (1..=6)
@@ -320,7 +317,7 @@ mod tests {
         let path = plot_rounds(&rounds(), "epoch", &dir).unwrap();
         assert_eq!(path, dir.join("metrics.png"));
         assert_eq!(&std::fs::read(&path).unwrap()[1..4], b"PNG");
-        assert!(!dir.join(".metrics.tmp.png").exists());
+        assert!(!dir.join(".metrics.png.tmp.png").exists());
         assert_eq!(
             plot_rounds(&[], "epoch", &dir).unwrap_err().to_string(),
             "no metrics to plot"

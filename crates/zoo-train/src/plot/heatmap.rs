@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use crate::error::{Result, TrainError, io_err};
+use crate::error::{Result, TrainError};
 
-use super::font_ready;
+use super::{font_ready, write_png};
 
 /// A matrix as a heatmap PNG at `path` (a white-to-blue scale from the smallest value to
 /// the largest, each cell's value printed when the grid is small), with row and column
@@ -66,18 +66,13 @@ pub fn heatmap_grid(
             cols.len()
         )));
     }
-    let file = path
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file}.tmp.png"));
     let text = font_ready();
     let layout = HeatmapLayout::new(first.len(), n_cols, rows, cols, text);
     let per_row = per_row.clamp(1, panels.len());
     let grid_rows = panels.len().div_ceil(per_row);
-    let drawn = (|| -> std::result::Result<(), Box<dyn std::error::Error>> {
+    write_png(path, "heatmap", |tmp, _| {
         let root = BitMapBackend::new(
-            &tmp,
+            tmp,
             (
                 layout.width * per_row as u32,
                 layout.height * grid_rows as u32,
@@ -91,10 +86,7 @@ pub fn heatmap_grid(
         }
         root.present()?;
         Ok(())
-    })();
-    drawn.map_err(|e| TrainError::Format(format!("heatmap {}: {e}", path.display())))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))?;
-    Ok(path.to_path_buf())
+    })
 }
 
 /// Cell size and margins of one heatmap panel.

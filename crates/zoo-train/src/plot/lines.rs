@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::prelude::*;
 
-use crate::error::{Result, TrainError, io_err};
+use crate::error::{Result, TrainError};
 
-use super::{curve_color, font_ready};
+use super::{curve_color, write_png};
 
 /// A line chart: named `(x, y)` series, with a log scale on either axis.
 #[derive(Debug, Clone)]
@@ -56,14 +56,8 @@ pub fn line_chart(path: &Path, chart: &LineChart) -> Result<PathBuf> {
     if y1 <= y0 {
         y1 = y0 + 1.0;
     }
-    let file = path
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file}.tmp.png"));
-    let text = font_ready();
-    let drawn = (|| -> std::result::Result<(), Box<dyn std::error::Error>> {
-        let root = BitMapBackend::new(&tmp, (720, 480)).into_drawing_area();
+    write_png(path, "line chart", |tmp, text| {
+        let root = BitMapBackend::new(tmp, (720, 480)).into_drawing_area();
         root.fill(&WHITE)?;
         let mut builder = ChartBuilder::on(&root);
         builder.margin(16);
@@ -99,10 +93,7 @@ pub fn line_chart(path: &Path, chart: &LineChart) -> Result<PathBuf> {
         }
         root.present()?;
         Ok(())
-    })();
-    drawn.map_err(|e| TrainError::Format(format!("line chart {}: {e}", path.display())))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))?;
-    Ok(path.to_path_buf())
+    })
 }
 
 fn draw_lines<'a, DB, X, Y>(

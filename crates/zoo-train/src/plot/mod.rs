@@ -2,9 +2,12 @@
 //! [`curves`]), heatmaps of matrices ([`heatmap`]), and line charts of named series
 //! ([`lines`]). Each is written through a temporary file, so it appears whole.
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use plotters::prelude::*;
+
+use crate::error::{Result, TrainError, io_err};
 
 mod curves;
 mod heatmap;
@@ -47,6 +50,34 @@ pub(crate) fn font_ready() -> bool {
         log::warn!("no font found for the plot's labels; set ZOO_PLOT_FONT to a .ttf file");
         false
     })
+}
+
+/// The result of drawing into a bitmap: plotters' errors, boxed.
+pub(crate) type Drawn = std::result::Result<(), Box<dyn std::error::Error>>;
+
+/// Writes the PNG figure `path` whole or not at all: `draw` paints a temporary file beside
+/// it (told whether a font is ready for text), which replaces `path` only once drawn and
+/// is removed when drawing fails. `what` names the figure in the error.
+pub(crate) fn write_png(
+    path: &Path,
+    what: &str,
+    draw: impl FnOnce(&Path, bool) -> Drawn,
+) -> Result<PathBuf> {
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // The bitmap backend picks its encoder from the extension, so the name ends in .png.
+    let tmp = path.with_file_name(format!(".{file}.tmp.png"));
+    if let Err(e) = draw(&tmp, font_ready()) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(TrainError::Format(format!(
+            "{what} {}: {e}",
+            path.display()
+        )));
+    }
+    std::fs::rename(&tmp, path).map_err(io_err(path))?;
+    Ok(path.to_path_buf())
 }
 
 /// The colour of the `i`-th curve of a panel.

@@ -4,7 +4,7 @@
 //! ViT, Llama) form.
 
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::{
     Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear, RmsNorm, RmsNormConfig,
 };
@@ -71,6 +71,8 @@ pub enum NormKind {
     LayerNorm,
     /// RMSNorm (Zhang & Sennrich, 2019; Llama, T5).
     RmsNorm,
+    /// RMSNorm scaled by `1 + weight`, the weight starting at 0 (Gemma).
+    OffsetRmsNorm,
 }
 
 /// A LayerNorm or an RMSNorm, chosen by [`NormKind`].
@@ -80,6 +82,39 @@ pub enum Norm {
     LayerNorm(LayerNorm),
     /// RMSNorm (`gamma`).
     RmsNorm(RmsNorm),
+    /// RMSNorm scaled by `1 + weight` (Gemma).
+    OffsetRmsNorm(OffsetRmsNorm),
+}
+
+/// RMSNorm as Gemma computes it: `x / sqrt(mean(x²) + eps) · (1 + weight)`, in f32,
+/// with `weight` starting at 0. The stored weight is `weight` itself, under HF's name, so
+/// a checkpoint loads and saves unchanged.
+#[derive(Module, Debug)]
+pub struct OffsetRmsNorm {
+    /// The scale less one, `[d_model]`.
+    pub weight: Param<Tensor<1>>,
+    /// Added to the mean square.
+    pub epsilon: f64,
+}
+
+impl OffsetRmsNorm {
+    /// A norm of width `d_model` whose scale starts at 1.
+    pub fn new(d_model: usize, epsilon: f64, device: &Device) -> Self {
+        Self {
+            weight: burn::nn::Initializer::Zeros.init([d_model], device),
+            epsilon,
+        }
+    }
+
+    /// # Shapes
+    /// - `x`: `[..., d_model]` -> same
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let dtype = x.dtype();
+        let x = x.cast(burn::tensor::DType::F32);
+        let rms = (x.clone().square().mean_dim(D - 1) + self.epsilon).sqrt();
+        let scale = self.weight.val().cast(burn::tensor::DType::F32) + 1.0;
+        ((x / rms) * scale.unsqueeze()).cast(dtype)
+    }
 }
 
 impl Norm {
@@ -96,6 +131,9 @@ impl Norm {
                     .with_epsilon(epsilon)
                     .init(device),
             ),
+            NormKind::OffsetRmsNorm => {
+                Self::OffsetRmsNorm(OffsetRmsNorm::new(d_model, epsilon, device))
+            }
         }
     }
 
@@ -105,6 +143,7 @@ impl Norm {
         match self {
             Self::LayerNorm(n) => n.forward(x),
             Self::RmsNorm(n) => n.forward(x),
+            Self::OffsetRmsNorm(n) => n.forward(x),
         }
     }
 }
@@ -226,7 +265,7 @@ impl NormKind {
     pub fn num_params(self, d: usize) -> usize {
         match self {
             Self::LayerNorm => 2 * d,
-            Self::RmsNorm => d,
+            Self::RmsNorm | Self::OffsetRmsNorm => d,
         }
     }
 }
@@ -645,6 +684,27 @@ mod tests {
             let v = (i + 1) as f32;
             assert!((r[i] - v / s).abs() < 1e-5, "rms {r:?}");
             assert!((l[i] - (v - 2.5) / sd).abs() < 1e-4, "ln {l:?}");
+        }
+    }
+
+    #[test]
+    fn the_offset_rms_norm_scales_by_one_plus_its_weight() {
+        let dev = test_device();
+        let mut n = OffsetRmsNorm::new(4, 1e-6, &dev);
+        let input = Tensor::<1>::from_floats([1.0, 2.0, 3.0, 4.0], &dev).reshape([1, 1, 4]);
+        let plain = Norm::new(NormKind::RmsNorm, 4, 1e-6, &dev).forward(input.clone());
+        // A zero weight is the plain RMSNorm.
+        let diff = (n.forward(input.clone()) - plain.clone())
+            .abs()
+            .max()
+            .into_scalar::<f32>();
+        assert!(diff < 1e-6, "{diff}");
+        n.weight =
+            burn::module::Param::from_tensor(Tensor::from_floats([0.5, -1.0, 0.0, 2.0], &dev));
+        let got = n.forward(input).into_data().try_to_vec::<f32>().unwrap();
+        let p = plain.into_data().try_to_vec::<f32>().unwrap();
+        for (i, s) in [1.5f32, 0.0, 1.0, 3.0].iter().enumerate() {
+            assert!((got[i] - p[i] * s).abs() < 1e-5, "{got:?}");
         }
     }
 

@@ -37,7 +37,7 @@ pub mod sdpa;
 
 pub use block::{
     BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, Norm,
-    NormKind, NormPlacement, ParallelBlock, ParallelBlockConfig, TransformerBlock,
+    NormKind, NormPlacement, OffsetRmsNorm, ParallelBlock, ParallelBlockConfig, TransformerBlock,
     TransformerBlockConfig, linear_rows, tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
@@ -51,7 +51,8 @@ pub use head::{LmHead, Pooler, TiedHead};
 pub use mask::{Mask, Visibility};
 pub use mha::{
     AttentionInput, AttentionKernel, AttentionOutput, CrossAttention, FusedQkv, Heads,
-    MultiHeadAttentionConfig, PositionBias, QkvLayout, SelfAttention, SelfPositions, SeparateQkv,
+    MultiHeadAttentionConfig, PositionBias, QkNorm, QkNorms, QkvLayout, SelfAttention,
+    SelfPositions, SeparateQkv,
 };
 pub use position::{Positions, RopeLayout, RopeScaling};
 pub use zoo_core::ConfigError;

@@ -14,7 +14,7 @@ mod tests;
 
 pub use cross::CrossAttention;
 pub use heads::Heads;
-pub use self_attn::{FusedQkv, SelfAttention, SelfPositions, SeparateQkv};
+pub use self_attn::{FusedQkv, QkNorms, SelfAttention, SelfPositions, SeparateQkv};
 
 use burn::config::Config;
 use burn::nn::{DropoutConfig, Initializer, Linear, LinearConfig};
@@ -22,6 +22,7 @@ use burn::tensor::{Bool, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use zoo_core::ConfigError;
 
+use crate::block::{Norm, NormKind};
 use crate::error::{AttentionError, Result};
 use crate::mask::Mask;
 use crate::position::{
@@ -77,6 +78,22 @@ pub enum QkvLayout {
     /// `[q, k, v]` of head 0, then of head 1, ... (GPT-NeoX's and BLOOM's
     /// `query_key_value`). Needs as many KV heads as query heads.
     PerHead,
+}
+
+/// A norm over each head's queries and keys after their projection and before RoPE
+/// (QK-norm: Qwen3, Gemma 3, OLMo 2).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum QkNorm {
+    /// No norm (most models).
+    None,
+    /// One norm of `kind` for the queries and one for the keys, each over a head's
+    /// `head_dim` features and shared by the heads.
+    PerHead {
+        /// RMSNorm (Qwen3) or Gemma's offset RMSNorm (Gemma 3).
+        kind: NormKind,
+        /// Its epsilon.
+        eps: f64,
+    },
 }
 
 /// Configuration of a [`SelfAttention`] or a [`CrossAttention`] layer.
@@ -137,6 +154,10 @@ pub struct MultiHeadAttentionConfig {
     /// keys, then all values (GPT-2, Phi-3).
     #[config(default = "QkvLayout::Blocked")]
     pub qkv_layout: QkvLayout,
+    /// A norm on each head's queries and keys before RoPE (self-attention). Default:
+    /// none.
+    #[config(default = "QkNorm::None")]
+    pub qk_norm: QkNorm,
     /// A relative-position bias on the scores (self-attention). Default: none.
     #[config(default = "PositionBias::None")]
     pub position_bias: PositionBias,
@@ -185,7 +206,11 @@ impl MultiHeadAttentionConfig {
             PositionBias::T5 { num_buckets, .. } => num_buckets * self.n_heads,
             _ => 0,
         };
-        qkv + linear(self.n_heads * hd, self.d_model, self.out_bias) + bias_table
+        let qk_norm = match self.qk_norm {
+            QkNorm::None => 0,
+            QkNorm::PerHead { kind, .. } => 2 * kind.num_params(hd),
+        };
+        qkv + linear(self.n_heads * hd, self.d_model, self.out_bias) + bias_table + qk_norm
     }
 
     /// Checks the configuration.
@@ -252,6 +277,9 @@ impl MultiHeadAttentionConfig {
                 self.fused_qkv, self.n_heads
             ))
             .into());
+        }
+        if let QkNorm::PerHead { eps, .. } = self.qk_norm {
+            zoo_core::validate::epsilon("qk_norm eps", eps)?;
         }
         if self.rope_max_len == Some(0) {
             return Err(ConfigError::zero("rope_max_len").into());
@@ -372,11 +400,19 @@ impl MultiHeadAttentionConfig {
             alibi: self.position_bias == PositionBias::Alibi,
         };
         let o_proj = self.linear(h * hd, d, self.out_bias, device);
+        let qk_norm = match self.qk_norm {
+            QkNorm::None => None,
+            QkNorm::PerHead { kind, eps } => Some(QkNorms {
+                q_norm: Norm::new(kind, hd, eps, device),
+                k_norm: Norm::new(kind, hd, eps, device),
+            }),
+        };
         Ok(if self.fused_qkv {
             SelfAttention::Fused(FusedQkv {
                 qkv_proj: self.linear(d, (h + 2 * kv) * hd, self.qkv_bias, device),
                 layout: self.qkv_layout,
                 o_proj,
+                qk_norm,
                 relative_bias,
                 heads: self.heads(),
                 positions,
@@ -387,6 +423,7 @@ impl MultiHeadAttentionConfig {
                 k_proj: self.linear(d, kv * hd, self.qkv_bias, device),
                 v_proj: self.linear(d, kv * hd, self.qkv_bias, device),
                 o_proj,
+                qk_norm,
                 relative_bias,
                 heads: self.heads(),
                 positions,
@@ -409,6 +446,7 @@ impl MultiHeadAttentionConfig {
             ("rope_scaling", self.rope_scaling != RopeScaling::None),
             ("qkv_layout", self.qkv_layout != QkvLayout::Blocked),
             ("position_bias", self.position_bias != PositionBias::None),
+            ("qk_norm", self.qk_norm != QkNorm::None),
             ("window", self.window.is_some()),
         ];
         if let Some((name, _)) = self_only.iter().find(|(_, set)| *set) {

@@ -10,7 +10,7 @@ use burn::tensor::{Device, Tensor};
 
 use super::heads::{Heads, rotate_qk};
 use super::{AttentionInput, AttentionKernel, AttentionOutput, QkvLayout};
-use crate::block::linear_rows;
+use crate::block::{Norm, linear_rows};
 use crate::cache::KvCache;
 use crate::error::{AttentionError, Result, check_shape};
 use crate::mask::Mask;
@@ -29,6 +29,16 @@ pub struct SelfPositions {
     pub(crate) alibi: bool,
 }
 
+/// The norms of [`super::QkNorm::PerHead`], over one head's features and shared by the
+/// heads.
+#[derive(Module, Debug)]
+pub struct QkNorms {
+    /// On the queries, `[head_dim]`.
+    pub q_norm: Norm,
+    /// On the keys, `[head_dim]`.
+    pub k_norm: Norm,
+}
+
 /// Self-attention with separate query, key and value projections (HF Llama's
 /// `q_proj`, `k_proj`, `v_proj`, BERT's `query`, `key`, `value`).
 #[derive(Module, Debug)]
@@ -41,6 +51,8 @@ pub struct SeparateQkv {
     pub v_proj: Linear,
     /// Output projection `[H Dh, d_model]`.
     pub o_proj: Linear,
+    /// QK-norm, when configured.
+    pub qk_norm: Option<QkNorms>,
     /// T5's relative bias table, when configured.
     pub relative_bias: Option<RelativePositionBias>,
     /// Head layout, kernel and attention dropout.
@@ -60,6 +72,8 @@ pub struct FusedQkv {
     pub layout: QkvLayout,
     /// Output projection `[H Dh, d_model]`.
     pub o_proj: Linear,
+    /// QK-norm, when configured.
+    pub qk_norm: Option<QkNorms>,
     /// T5's relative bias table, when configured.
     pub relative_bias: Option<RelativePositionBias>,
     /// Head layout, kernel and attention dropout.
@@ -87,6 +101,7 @@ pub enum SelfAttention {
 
 struct Parts<'a> {
     o_proj: &'a Linear,
+    qk_norm: Option<&'a QkNorms>,
     relative_bias: Option<&'a RelativePositionBias>,
     heads: &'a Heads,
     positions: &'a SelfPositions,
@@ -97,12 +112,14 @@ impl SelfAttention {
         match self {
             Self::Separate(s) => Parts {
                 o_proj: &s.o_proj,
+                qk_norm: s.qk_norm.as_ref(),
                 relative_bias: s.relative_bias.as_ref(),
                 heads: &s.heads,
                 positions: &s.positions,
             },
             Self::Fused(f) => Parts {
                 o_proj: &f.o_proj,
+                qk_norm: f.qk_norm.as_ref(),
                 relative_bias: f.relative_bias.as_ref(),
                 heads: &f.heads,
                 positions: &f.positions,
@@ -148,8 +165,17 @@ impl SelfAttention {
         self.o_proj().weight.dims()[1]
     }
 
-    /// Projects queries, keys and values from `x`, each split into heads.
+    /// Projects queries, keys and values from `x`, each split into heads, with the
+    /// queries and keys normed when the layer has QK-norm.
     pub(crate) fn project(&self, x: Tensor<3>) -> [Tensor<4>; 3] {
+        let [q, k, v] = self.project_heads(x);
+        match self.parts().qk_norm {
+            Some(n) => [n.q_norm.forward(q), n.k_norm.forward(k), v],
+            None => [q, k, v],
+        }
+    }
+
+    fn project_heads(&self, x: Tensor<3>) -> [Tensor<4>; 3] {
         match self {
             Self::Separate(s) => [
                 s.heads.queries(&s.q_proj, x.clone()),

@@ -751,3 +751,53 @@ fn partial_rotary_turns_the_first_features_and_passes_the_rest() {
         "{e}"
     );
 }
+
+#[test]
+fn qk_norm_makes_the_scores_blind_to_the_scale_of_queries_and_keys() {
+    let cfg = MultiHeadAttentionConfig::new(16, 4)
+        .with_n_kv_heads(Some(2))
+        .with_head_dim(Some(6))
+        .with_qkv_bias(false)
+        .with_rope_max_len(Some(8))
+        .with_qk_norm(QkNorm::PerHead {
+            kind: NormKind::RmsNorm,
+            eps: 1e-9,
+        });
+    let normed = mha(cfg.clone());
+    // Two norms of head_dim 6 beyond the projections.
+    let plain_cfg = cfg.clone().with_qk_norm(QkNorm::None);
+    assert_eq!(cfg.num_params(), plain_cfg.num_params() + 12);
+    let input = x(2, 5, 16, 3);
+    let out = |m: &SelfAttention| {
+        m.forward(AttentionInput::new(input.clone()).causal())
+            .unwrap()
+            .context
+    };
+    // Queries 4x and keys 0.5x as large: each head's RMS norm undoes it (up to its
+    // tiny epsilon).
+    let scale = |m: &SelfAttention| {
+        let mut m = m.clone();
+        if let SelfAttention::Separate(s) = &mut m {
+            s.q_proj.weight = s.q_proj.weight.clone().map(|w| w * 4.0);
+            s.k_proj.weight = s.k_proj.weight.clone().map(|w| w * 0.5);
+        }
+        m
+    };
+    let want = out(&normed);
+    let d = max_abs_diff(&out(&scale(&normed)), &want);
+    assert!(d < 1e-4, "{d}");
+    // Without the norms the same scaling changes the output.
+    let mut plain = normed.clone();
+    if let SelfAttention::Separate(s) = &mut plain {
+        s.qk_norm = None;
+    }
+    assert!(max_abs_diff(&out(&scale(&plain)), &out(&plain)) > 1e-2);
+    assert!(max_abs_diff(&out(&plain), &want) > 1e-3, "the norms act");
+    // Cross-attention has no QK-norm.
+    let e = MultiHeadAttentionConfig::new(16, 4)
+        .with_qk_norm(cfg.qk_norm)
+        .init_cross(&test_device())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qk_norm is a self-attention setting"), "{e}");
+}

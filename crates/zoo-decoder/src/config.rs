@@ -4,7 +4,7 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
     FeedForwardConfig, FfnActivation, GateLayout, MultiHeadAttentionConfig, NormKind,
-    NormPlacement, QkvLayout, RopeLayout, RopeScaling, TransformerBlockConfig,
+    NormPlacement, QkNorm, QkvLayout, RopeLayout, RopeScaling, TransformerBlockConfig,
 };
 
 use zoo_core::validate;
@@ -111,6 +111,13 @@ pub struct DecoderConfig {
     /// Default: sequential.
     #[config(default = "LayerKind::Sequential")]
     pub layer: LayerKind,
+    /// Each head's queries and keys normed (the model's `norm` and `norm_eps`) before
+    /// RoPE, as Qwen3 and Gemma 3. Default: false.
+    #[config(default = false)]
+    pub qk_norm: bool,
+    /// Token embeddings multiplied by `sqrt(d_model)` (Gemma). Default: false.
+    #[config(default = false)]
+    pub scale_embeddings: bool,
 }
 
 impl DecoderConfig {
@@ -185,6 +192,12 @@ impl DecoderConfig {
                 .with_rope_scaling(self.rope_scaling);
         }
         attn = attn.with_qkv_layout(self.qkv_layout);
+        if self.qk_norm {
+            attn = attn.with_qk_norm(QkNorm::PerHead {
+                kind: self.norm,
+                eps: self.norm_eps,
+            });
+        }
         let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))
             .with_activation(self.activation)
             .with_gate_layout(self.gate_layout)

@@ -31,7 +31,7 @@ use crate::config::DecoderConfig;
 #[cfg(test)]
 use crate::config::PositionKind;
 use crate::error::Result;
-use crate::hf::{RopeFields, RotarySizes, SpecialTokens};
+use crate::hf::{DecoderSpec, RopeFields, RotarySizes, SpecialTokens};
 use crate::layer::LayerKind;
 
 /// `config.json`'s `model_type`.
@@ -134,13 +134,20 @@ impl GptNeoXConfig {
             .or(self.rotary_pct)
             .unwrap_or(0.25)
     }
+}
 
-    /// The zoo's configuration of the same model.
-    ///
-    /// # Errors
+impl DecoderSpec for GptNeoXConfig {
+    fn tokens(&self) -> &SpecialTokens {
+        &self.tokens
+    }
+
+    fn key_map(&self) -> KeyMap {
+        key_map()
+    }
+
     /// A rotated share that leaves an odd or empty number of features, or a RoPE type the
-    /// zoo does not implement.
-    pub fn decoder(&self) -> Result<DecoderConfig> {
+    /// zoo does not implement, is an error.
+    fn decoder(&self) -> Result<DecoderConfig> {
         let heads = self.sizes.num_attention_heads.max(1);
         let head_dim = self.sizes.hidden_size / heads;
         let factor = self.partial_rotary_factor();

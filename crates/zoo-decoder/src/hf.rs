@@ -13,10 +13,46 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use zoo_attention::{RopeLayout, RopeScaling};
 use zoo_core::ConfigError;
-use zoo_core::checkpoint::TokenIds;
+use zoo_core::checkpoint::{KeyMap, TokenIds};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
+
+/// What the family needs of each architecture's `config.json` type: the one trait a new
+/// architecture implements, beside its row in the registry.
+pub trait DecoderSpec {
+    /// The zoo's configuration of the same model.
+    ///
+    /// # Errors
+    /// A setting the zoo does not implement.
+    fn decoder(&self) -> Result<DecoderConfig>;
+    /// The start and end tokens.
+    fn tokens(&self) -> &SpecialTokens;
+    /// The checkpoint's names, both ways (a tied head's copy is ignored by the caller).
+    fn key_map(&self) -> KeyMap;
+}
+
+/// Llama's names and module paths, which Mistral, Qwen2/3, Phi-3 and Gemma share.
+pub(crate) const LLAMA_NAMES: [(&str, &str); 5] = [
+    ("model.embed_tokens.", "wte."),
+    ("model.layers.{n}.input_layernorm.", "layers.{n}.norm_1."),
+    (
+        "model.layers.{n}.post_attention_layernorm.",
+        "layers.{n}.norm_2.",
+    ),
+    ("model.layers.", "layers."),
+    ("model.norm.", "norm_f."),
+];
+
+/// The Llama family's name map, with `first` read before [`LLAMA_NAMES`] (names that
+/// its general `model.layers.` rule would map otherwise), and RoPE's cached
+/// frequencies, which older files keep, ignored.
+pub(crate) fn llama_key_map(first: &[(&str, &str)]) -> KeyMap {
+    KeyMap::new()
+        .names(first)
+        .names(&LLAMA_NAMES)
+        .ignore(r"\.rotary_emb\.inv_freq$")
+}
 
 /// A checkpoint setting the zoo does not implement: its name, its value, and what is.
 pub(crate) fn unsupported(
@@ -48,13 +84,20 @@ pub struct RotarySizes {
     pub head_dim: Option<usize>,
     /// Longest sequence.
     pub max_position_embeddings: usize,
-    /// The LM head is the token embedding. Default: false.
-    #[serde(default)]
-    pub tie_word_embeddings: bool,
+    /// The LM head is the token embedding. Default: the architecture's (false for most;
+    /// see [`Self::tied`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tie_word_embeddings: Option<bool>,
 }
 
 impl RotarySizes {
-    /// A decoder of these sizes, with everything else at [`DecoderConfig::new`]'s
+    /// Whether the head is the embedding: as the config says, else `default`.
+    pub fn tied(&self, default: bool) -> bool {
+        self.tie_word_embeddings.unwrap_or(default)
+    }
+
+    /// A decoder of these sizes (an untied head unless the config ties it), with
+    /// everything else at [`DecoderConfig::new`]'s
     /// defaults (the caller picks the blocks).
     pub fn decoder(&self) -> DecoderConfig {
         self.sized(self.base())
@@ -88,7 +131,7 @@ impl RotarySizes {
         ))
         .with_head_dim(self.head_dim)
         .with_d_ff(Some(self.intermediate_size))
-        .with_tie_embeddings(self.tie_word_embeddings)
+        .with_tie_embeddings(self.tied(false))
     }
 }
 
@@ -249,7 +292,7 @@ mod tests {
             "vocab_size": 50, "hidden_size": 32, "intermediate_size": 40,
             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
             "max_position_embeddings": 16, "rope_theta": 300.0, "eos_token_id": [1, 2],
-            "tie_word_embeddings": false, "initializer_range": 0.02,
+            "initializer_range": 0.02,
         });
         let flat: Flat = serde_json::from_value(json.clone()).unwrap();
         assert_eq!(flat.sizes.num_key_value_heads, Some(2));

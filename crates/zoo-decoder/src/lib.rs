@@ -18,6 +18,7 @@
 pub mod bigram;
 pub mod config;
 mod error;
+pub mod gemma;
 pub mod gpt_neox;
 pub mod hf;
 pub mod layer;
@@ -25,15 +26,19 @@ mod lm;
 pub mod model;
 pub mod phi3;
 pub mod pretrained;
+pub mod qwen3;
 pub mod registry;
 
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
+pub use gemma::GemmaConfig;
 pub use gpt_neox::GptNeoXConfig;
+pub use hf::DecoderSpec;
 pub use layer::{DecoderLayer, LayerKind};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
 pub use phi3::Phi3Config;
 pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, TokenIds};
+pub use qwen3::Qwen3Config;
 pub use registry::{ARCHITECTURES, PretrainedLm};
 /// The causal LMs' tokenizer, which lives in `zoo-data` with every family's.
 pub use zoo_data::tokenizer::{LmTokenizer, TextStream};

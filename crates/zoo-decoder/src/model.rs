@@ -31,6 +31,8 @@ pub struct DecoderLm {
     vocab_size: usize,
     max_len: usize,
     sliding_window: Option<usize>,
+    /// The factor on the token embeddings (Gemma's `sqrt(d_model)`), when there is one.
+    embed_scale: Option<f64>,
 }
 
 /// The input of a forward pass.
@@ -152,6 +154,7 @@ impl DecoderConfig {
             vocab_size: self.vocab_size,
             max_len: self.max_len,
             sliding_window: self.sliding_window,
+            embed_scale: self.scale_embeddings.then(|| (self.d_model as f64).sqrt()),
         })
     }
 }
@@ -222,6 +225,10 @@ impl DecoderLm {
             }
         }
         let mut x = self.wte.forward(tokens);
+        if let Some(scale) = self.embed_scale {
+            // HF rounds the factor to the activations' dtype first, f32 here.
+            x = x * (scale as f32);
+        }
         if let Some(wpe) = &self.wpe {
             x = match positions {
                 Some(p) => x + wpe.embedding.forward(p.tensor().clone()),

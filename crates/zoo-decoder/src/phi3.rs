@@ -31,7 +31,8 @@ use crate::config::DecoderConfig;
 #[cfg(test)]
 use crate::config::PositionKind;
 use crate::error::Result;
-use crate::hf::{RopeFields, RotarySizes, SpecialTokens, unsupported};
+use crate::hf::{DecoderSpec, RopeFields, RotarySizes, SpecialTokens, llama_key_map, unsupported};
+use zoo_core::checkpoint::KeyMap;
 
 /// `config.json`'s `model_type`.
 pub const MODEL_TYPE: &str = "phi3";
@@ -79,12 +80,16 @@ pub struct Phi3Config {
     pub other: Map<String, Value>,
 }
 
-impl Phi3Config {
-    /// The zoo's configuration of the same model.
-    ///
-    /// # Errors
-    /// A setting the zoo does not implement.
-    pub fn decoder(&self) -> Result<DecoderConfig> {
+impl DecoderSpec for Phi3Config {
+    fn tokens(&self) -> &SpecialTokens {
+        &self.tokens
+    }
+
+    fn key_map(&self) -> KeyMap {
+        llama_key_map(&[])
+    }
+
+    fn decoder(&self) -> Result<DecoderConfig> {
         let partial = self
             .rope
             .parameter("partial_rotary_factor")

@@ -38,11 +38,13 @@ use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 
 use crate::config::DecoderConfig;
 use crate::error::Result;
+use crate::gemma::{self, GemmaConfig};
 use crate::gpt_neox::{self, GptNeoXConfig};
-use crate::hf::unsupported;
+use crate::hf::{DecoderSpec, llama_key_map, unsupported};
 pub use crate::hf::{RopeFields, RopeParameters, RotarySizes, SpecialTokens};
 use crate::model::DecoderLm;
 use crate::phi3::{self, Phi3Config};
+use crate::qwen3::{self, Qwen3Config};
 use crate::registry::ARCHITECTURES;
 
 fn yes() -> bool {
@@ -154,6 +156,10 @@ pub enum HfDecoderConfig {
     Phi3(Phi3Config),
     /// `gpt_neox`.
     GptNeoX(GptNeoXConfig),
+    /// `qwen3`.
+    Qwen3(Qwen3Config),
+    /// `gemma`.
+    Gemma(GemmaConfig),
 }
 
 impl HfDecoderConfig {
@@ -176,6 +182,8 @@ impl HfDecoderConfig {
             "llama" | "mistral" | "qwen2" => serde_json::from_value(json).map(Self::Llama),
             phi3::MODEL_TYPE => serde_json::from_value(json).map(Self::Phi3),
             gpt_neox::MODEL_TYPE => serde_json::from_value(json).map(Self::GptNeoX),
+            qwen3::MODEL_TYPE => serde_json::from_value(json).map(Self::Qwen3),
+            gemma::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma),
             other => {
                 let known: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
                 return Err(bad(format!(
@@ -197,7 +205,34 @@ impl HfDecoderConfig {
             Self::Llama(c) => &c.model_type,
             Self::Phi3(_) => phi3::MODEL_TYPE,
             Self::GptNeoX(_) => gpt_neox::MODEL_TYPE,
+            Self::Qwen3(_) => qwen3::MODEL_TYPE,
+            Self::Gemma(_) => gemma::MODEL_TYPE,
         }
+    }
+
+    /// The architecture's own config, behind the family's one trait.
+    fn spec(&self) -> &dyn DecoderSpec {
+        match self {
+            Self::Gpt2(c) => c,
+            Self::Llama(c) => c,
+            Self::Phi3(c) => c,
+            Self::GptNeoX(c) => c,
+            Self::Qwen3(c) => c,
+            Self::Gemma(c) => c,
+        }
+    }
+
+    /// The config as `config.json` holds it, every field the file had included.
+    fn to_json(&self) -> Result<Value> {
+        match self {
+            Self::Gpt2(c) => serde_json::to_value(c),
+            Self::Llama(c) => serde_json::to_value(c),
+            Self::Phi3(c) => serde_json::to_value(c),
+            Self::GptNeoX(c) => serde_json::to_value(c),
+            Self::Qwen3(c) => serde_json::to_value(c),
+            Self::Gemma(c) => serde_json::to_value(c),
+        }
+        .map_err(|e| ConfigError::malformed(format!("config.json: {e}")).into())
     }
 
     /// HF's architecture name of the causal LM.
@@ -216,12 +251,7 @@ impl HfDecoderConfig {
 
     /// The end-of-text tokens, where the config names them.
     pub fn eos_token_ids(&self) -> Vec<usize> {
-        let tokens = match self {
-            Self::Gpt2(c) => &c.tokens,
-            Self::Llama(c) => &c.tokens,
-            Self::Phi3(c) => &c.tokens,
-            Self::GptNeoX(c) => &c.tokens,
-        };
+        let tokens = self.spec().tokens();
         tokens
             .eos_token_id
             .as_ref()
@@ -229,13 +259,9 @@ impl HfDecoderConfig {
             .unwrap_or_default()
     }
 
+    /// Whether the head is the embedding, as the zoo builds the model.
     fn tied(&self) -> bool {
-        match self {
-            Self::Gpt2(c) => c.tie_word_embeddings,
-            Self::Llama(c) => c.sizes.tie_word_embeddings,
-            Self::Phi3(c) => c.sizes.tie_word_embeddings,
-            Self::GptNeoX(c) => c.sizes.tie_word_embeddings,
-        }
+        self.decoder().is_ok_and(|d| d.tie_embeddings)
     }
 
     /// The zoo's configuration of the same model (no dropout: checkpoints are loaded for
@@ -244,36 +270,53 @@ impl HfDecoderConfig {
     /// # Errors
     /// A setting the zoo does not implement, or sizes that do not fit together.
     pub fn decoder(&self) -> Result<DecoderConfig> {
-        let cfg = match self {
-            Self::Gpt2(c) => gpt2_decoder(c)?,
-            Self::Llama(c) => llama_decoder(c)?,
-            Self::Phi3(c) => c.decoder()?,
-            Self::GptNeoX(c) => c.decoder()?,
-        };
+        let cfg = self.spec().decoder()?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     /// The checkpoint names of this config's architecture, both ways.
     pub fn key_map(&self) -> KeyMap {
-        let map = match self {
-            Self::Gpt2(_) => KeyMap::new()
-                .dialect(&GPT2_PREFIX)
-                .names(&GPT2_NAMES)
-                // Old checkpoints keep the causal mask as a buffer.
-                .ignore(r"\.attn\.(bias|masked_bias)$")
-                .untransposed(r"^layers\.\d+\.(self_attn|mlp)\.[a-z_]+\.weight$"),
-            Self::Llama(_) | Self::Phi3(_) => KeyMap::new()
-                .names(&LLAMA_NAMES)
-                .ignore(r"\.rotary_emb\.inv_freq$"),
-            Self::GptNeoX(_) => gpt_neox::key_map(),
-        };
+        let map = self.spec().key_map();
         if self.tied() {
             // A tied head is the embedding; a copy in the file is not another weight.
             map.ignore(r"^lm_head\.weight$")
         } else {
             map
         }
+    }
+}
+
+impl DecoderSpec for Gpt2Config {
+    fn decoder(&self) -> Result<DecoderConfig> {
+        gpt2_decoder(self)
+    }
+
+    fn tokens(&self) -> &SpecialTokens {
+        &self.tokens
+    }
+
+    fn key_map(&self) -> KeyMap {
+        KeyMap::new()
+            .dialect(&GPT2_PREFIX)
+            .names(&GPT2_NAMES)
+            // Old checkpoints keep the causal mask as a buffer.
+            .ignore(r"\.attn\.(bias|masked_bias)$")
+            .untransposed(r"^layers\.\d+\.(self_attn|mlp)\.[a-z_]+\.weight$")
+    }
+}
+
+impl DecoderSpec for LlamaConfig {
+    fn decoder(&self) -> Result<DecoderConfig> {
+        llama_decoder(self)
+    }
+
+    fn tokens(&self) -> &SpecialTokens {
+        &self.tokens
+    }
+
+    fn key_map(&self) -> KeyMap {
+        llama_key_map(&[])
     }
 }
 
@@ -354,18 +397,6 @@ const GPT2_PREFIX: [(&str, &str); 4] = [
     ("transformer.ln_f.", "ln_f."),
 ];
 
-/// Llama-family names (Mistral, Qwen2, Phi-3 alike) and module paths.
-const LLAMA_NAMES: [(&str, &str); 5] = [
-    ("model.embed_tokens.", "wte."),
-    ("model.layers.{n}.input_layernorm.", "layers.{n}.norm_1."),
-    (
-        "model.layers.{n}.post_attention_layernorm.",
-        "layers.{n}.norm_2.",
-    ),
-    ("model.layers.", "layers."),
-    ("model.norm.", "norm_f."),
-];
-
 impl DecoderLm {
     /// Loads an HF causal-LM checkpoint folder: `config.json` (`model_type` gpt2, llama,
     /// mistral or qwen2) and its weights.
@@ -411,20 +442,9 @@ impl DecoderLm {
         }
         let (map, arch) = (config.key_map(), config.architecture());
         let model_type = config.model_type();
-        Ok(match config {
-            HfDecoderConfig::Gpt2(c) => {
-                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
-            }
-            HfDecoderConfig::Llama(c) => {
-                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
-            }
-            HfDecoderConfig::Phi3(c) => {
-                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
-            }
-            HfDecoderConfig::GptNeoX(c) => {
-                checkpoint::save_pretrained(self, dir, &map, c, model_type, arch)
-            }
-        }?)
+        let json = config.to_json()?;
+        checkpoint::save_pretrained(self, dir, &map, &json, model_type, arch)?;
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::tensor::Device;
+use zoo_core::checkpoint::GenerationDefaults;
 use zoo_core::registry::{ForwardInput, NamedOutput, Pretrained, Task, TextGenerator, named};
 use zoo_core::{Architecture, BeamConfig, BeamOutput, CoreError, Generation, GenerationConfig};
 use zoo_core::{ModelError, beam_search, generate};
@@ -35,6 +36,8 @@ pub const ARCHITECTURES: &[Architecture] = &[
     causal_lm("qwen2", "Qwen2ForCausalLM"),
     causal_lm(crate::phi3::MODEL_TYPE, crate::phi3::ARCHITECTURE),
     causal_lm(crate::gpt_neox::MODEL_TYPE, crate::gpt_neox::ARCHITECTURE),
+    causal_lm(crate::qwen3::MODEL_TYPE, crate::qwen3::ARCHITECTURE),
+    causal_lm(crate::gemma::MODEL_TYPE, crate::gemma::ARCHITECTURE),
 ];
 
 /// A causal-LM checkpoint with its HF config.
@@ -45,16 +48,21 @@ pub struct PretrainedLm {
     /// Its `config.json`.
     #[module(skip)]
     pub config: HfDecoderConfig,
+    /// Its `generation_config.json`, when it has one.
+    #[module(skip)]
+    pub generation: Option<GenerationDefaults>,
 }
 
 impl PretrainedLm {
-    /// Loads a causal-LM folder.
+    /// Loads a causal-LM folder, with its `generation_config.json` when there is one.
     ///
     /// # Errors
-    /// See [`DecoderLm::from_pretrained`].
+    /// See [`DecoderLm::from_pretrained`], and a `generation_config.json` that does not
+    /// parse.
     pub fn from_pretrained(dir: &Path, device: &Device) -> crate::Result<Self> {
         Ok(Self {
             config: HfDecoderConfig::from_pretrained(dir)?,
+            generation: GenerationDefaults::from_pretrained(dir)?,
             model: DecoderLm::from_pretrained(dir, device)?,
         })
     }
@@ -88,7 +96,14 @@ impl Pretrained for PretrainedLm {
 
 impl TextGenerator for PretrainedLm {
     fn stop_tokens(&self) -> Vec<usize> {
-        self.config.eos_token_ids()
+        match &self.generation {
+            Some(g) if g.eos_token_id.is_some() => g.eos_ids(),
+            _ => self.config.eos_token_ids(),
+        }
+    }
+
+    fn generation_defaults(&self) -> Option<&GenerationDefaults> {
+        self.generation.as_ref()
     }
 
     fn generate(
@@ -118,7 +133,9 @@ mod tests {
         let types: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
         assert_eq!(
             types,
-            ["gpt2", "llama", "mistral", "qwen2", "phi3", "gpt_neox"]
+            [
+                "gpt2", "llama", "mistral", "qwen2", "phi3", "gpt_neox", "qwen3", "gemma"
+            ]
         );
         for a in ARCHITECTURES {
             assert!(

@@ -1,7 +1,9 @@
 //! HF checkpoints against `transformers`: tiny random-weight GPT-2 (3 heads), Llama (GQA
 //! 8 over 2, rope_theta 5000, untied head), Mistral (a window of 4 under 10-token inputs)
-//! Qwen2 (QKV biases, tied head) and Phi-3 (fused QKV over 6 query and 2 KV heads, a fused
-//! gate-up MLP, a window of 6), written by `cargo xtask fixtures` with tokenizers
+//! Qwen2 (QKV biases, tied head), Phi-3 (fused QKV over 6 query and 2 KV heads, a fused
+//! gate-up MLP, a window of 6), GPT-NeoX (parallel layers, partial rotary), Llama 3.1's
+//! RoPE scaling, Qwen3 (QK-norm, head_dim 12 under width 32) and Gemma (offset RMSNorm,
+//! scaled embeddings, GeGLU, one KV head, head_dim 16 under width 48), written by `cargo xtask fixtures` with tokenizers
 //! trained on the shipped Shakespeare text. Logits agree within 1e-4 on the backend under
 //! test, greedy generation gives HF's token ids, and the tokenizers give Python's ids.
 //! Then sharded and bf16 files, saving bit for bit, and checkpoints that do not fit.
@@ -17,7 +19,7 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 
-const MODELS: [&str; 7] = zoo_fixtures::DECODER_FIXTURES;
+const MODELS: [&str; 9] = zoo_fixtures::DECODER_FIXTURES;
 
 fn fixture(name: &str) -> PathBuf {
     zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
@@ -359,7 +361,7 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
     assert!(
         e.ends_with(
             "model_type \"falcon\" is not a decoder this crate loads; it loads gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox"
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma"
         ),
         "{e}"
     );

@@ -20,7 +20,7 @@ pub fn fixture(manifest_dir: &str, name: &str) -> PathBuf {
 /// The causal-LM fixtures of `zoo-decoder/tests/fixtures`, one per architecture or
 /// setting that `xtask/fixtures/decoder.py` writes, each with the same `expected.json`
 /// layout (logits, greedy and beam tokens, tokenizer samples).
-pub const DECODER_FIXTURES: [&str; 7] = [
+pub const DECODER_FIXTURES: [&str; 9] = [
     "gpt2-tiny",
     "llama-tiny",
     "mistral-tiny",
@@ -28,6 +28,8 @@ pub const DECODER_FIXTURES: [&str; 7] = [
     "phi3-tiny",
     "gpt-neox-tiny",
     "llama3-tiny",
+    "qwen3-tiny",
+    "gemma-tiny",
 ];
 
 /// A tensor as `xtask/fixtures/common.py` writes it.

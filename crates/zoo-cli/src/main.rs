@@ -149,12 +149,13 @@ struct GenerateArgs {
     /// The text to continue.
     #[arg(long)]
     prompt: String,
-    /// Most tokens to add.
-    #[arg(long, default_value_t = 50)]
-    max_new_tokens: usize,
-    /// Sampling temperature; 0 picks the most likely token (greedy).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    temperature: f64,
+    /// Most tokens to add. Default: the folder's generation_config.json, else 50.
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+    /// Sampling temperature; 0 picks the most likely token (greedy). Default: the
+    /// folder's generation_config.json (greedy unless it sets do_sample), else 0.
+    #[arg(long, allow_negative_numbers = true)]
+    temperature: Option<f64>,
     /// Sample only among the k most likely tokens.
     #[arg(long)]
     top_k: Option<usize>,
@@ -162,11 +163,12 @@ struct GenerateArgs {
     #[arg(long)]
     top_p: Option<f64>,
     /// Penalty on tokens already in the text (1 is off).
-    #[arg(long, default_value_t = 1.0)]
-    repetition_penalty: f64,
-    /// Beams of beam search (above 1, the text is printed when the search ends).
-    #[arg(long, default_value_t = 1)]
-    num_beams: usize,
+    #[arg(long)]
+    repetition_penalty: Option<f64>,
+    /// Beams of beam search (above 1, the text is printed when the search ends). Takes
+    /// none of the sampling options.
+    #[arg(long)]
+    num_beams: Option<usize>,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -351,14 +353,30 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
     if prompt.is_empty() {
         return Err(CliError::Input("the prompt has no tokens".into()));
     }
-    if args.num_beams != 1 {
-        if args.temperature != 0.0 {
-            return Err(CliError::Input(
-                "beam search takes no --temperature; use --num-beams 1 to sample".into(),
-            ));
+    // The folder's generation_config.json gives what the command line leaves unset.
+    let file = lm.generation_defaults().cloned().unwrap_or_default();
+    let max_new_tokens = args.max_new_tokens.or(file.max_new_tokens).unwrap_or(50);
+    let num_beams = args.num_beams.or(file.num_beams).unwrap_or(1);
+    if num_beams != 1 {
+        let sampling = [
+            ("--temperature", args.temperature.is_some_and(|t| t != 0.0)),
+            ("--top-k", args.top_k.is_some()),
+            ("--top-p", args.top_p.is_some()),
+            ("--repetition-penalty", args.repetition_penalty.is_some()),
+        ];
+        if let Some((flag, _)) = sampling.iter().find(|(_, set)| *set) {
+            return Err(CliError::Input(format!(
+                "beam search takes no {flag}; use --num-beams 1 to sample"
+            )));
         }
-        let cfg =
-            BeamConfig::new(args.num_beams, args.max_new_tokens).with_stop_tokens(lm.stop_tokens());
+        if args.num_beams.is_none() && file.samples() {
+            return Err(CliError::Input(format!(
+                "the folder's generation_config.json asks for {num_beams} beams with \
+                 do_sample, and sampled beam search is not implemented; pass --num-beams 1 \
+                 to sample or --num-beams {num_beams} to search"
+            )));
+        }
+        let cfg = BeamConfig::new(num_beams, max_new_tokens).with_stop_tokens(lm.stop_tokens());
         let out = lm.beam_search(std::slice::from_ref(&prompt), &cfg)?;
         outln!(
             "{}{}",
@@ -366,33 +384,33 @@ fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
             tokenizer.continuation(&prompt, &out.tokens[0])?
         );
         eprintln!(
-            "[{} new tokens in {:.2} s, {} beams, score {:.4}]",
+            "[{} new tokens in {:.2} s, {num_beams} beams, score {:.4}]",
             out.tokens[0].len(),
             out.elapsed.as_secs_f64(),
-            args.num_beams,
             out.scores[0]
         );
         return Ok(());
     }
-    let mut cfg = if args.temperature > 0.0 {
-        GenerationConfig::sampling(args.max_new_tokens, args.temperature, args.seed)
-    } else if args.temperature == 0.0 {
-        GenerationConfig::greedy(args.max_new_tokens)
-    } else {
-        return Err(CliError::Input(format!(
-            "--temperature must be >= 0, got {}",
-            args.temperature
-        )));
-    };
+    let mut cfg = file.generation(max_new_tokens, args.seed);
+    match args.temperature {
+        None => {}
+        Some(t) if t >= 0.0 => cfg.temperature = t,
+        Some(t) => {
+            return Err(CliError::Input(format!(
+                "--temperature must be >= 0, got {t}"
+            )));
+        }
+    }
     if let Some(k) = args.top_k {
         cfg = cfg.with_top_k(k);
     }
     if let Some(p) = args.top_p {
         cfg = cfg.with_top_p(p);
     }
-    cfg = cfg
-        .with_repetition_penalty(args.repetition_penalty)
-        .with_stop_tokens(lm.stop_tokens());
+    if let Some(r) = args.repetition_penalty {
+        cfg = cfg.with_repetition_penalty(r);
+    }
+    cfg = cfg.with_stop_tokens(lm.stop_tokens());
     cfg.validate()?;
     let mut stdout = std::io::stdout();
     out!("{}", args.prompt);

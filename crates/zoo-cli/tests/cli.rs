@@ -268,10 +268,102 @@ fn forward_matches_transformers_for_every_family() {
     );
 }
 
+/// A copy of a decoder fixture's config, weights and tokenizer in a fresh folder, to add
+/// files to.
+fn decoder_copy(name: &str, tag: &str) -> PathBuf {
+    let src = fixture("zoo-decoder", name);
+    let dir = tempdir(tag);
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn generate_takes_its_defaults_from_generation_config_json() {
+    let device = test_device();
+    let dir = decoder_copy("llama-tiny", "generation-config");
+    let d = dir.to_str().unwrap();
+    let prompt = "ROMEO: Wherefore art";
+    let tok = LmTokenizer::from_pretrained(&dir).unwrap();
+    let model = DecoderLm::from_pretrained(&dir, &device).unwrap();
+    let ids = tok.encode(prompt).unwrap();
+    let run_lib = |cfg: &GenerationConfig| {
+        generate(&model, std::slice::from_ref(&ids), cfg, |_, _| {})
+            .unwrap()
+            .tokens[0]
+            .clone()
+    };
+    let greedy = run_lib(&GenerationConfig::greedy(8));
+    // The first new token not seen before it becomes an end-of-text token in the file:
+    // generation stops there, though config.json names another.
+    let k = (1..8).find(|&i| !greedy[..i].contains(&greedy[i])).unwrap();
+    let file_path = dir.join("generation_config.json");
+    std::fs::write(
+        &file_path,
+        json!({"eos_token_id": [greedy[k], 2]}).to_string(),
+    )
+    .unwrap();
+    let run = ok(&["generate", "--model", d, "--prompt", prompt]);
+    assert!(
+        run.stderr.contains(&format!("[{} new tokens in ", k + 1))
+            && run.stderr.contains("stopped at the end-of-text token"),
+        "{}",
+        run.stderr
+    );
+    // Its max_new_tokens and sampling settings apply unless a flag sets them.
+    let file = json!({"do_sample": true, "temperature": 0.7, "top_k": 5, "max_new_tokens": 6});
+    std::fs::write(&file_path, file.to_string()).unwrap();
+    let run = ok(&["generate", "--model", d, "--prompt", prompt, "--seed", "3"]);
+    let defaults: zoo_core::checkpoint::GenerationDefaults = serde_json::from_value(file).unwrap();
+    let sampled = run_lib(&defaults.generation(6, 3).with_stop_tokens(vec![2]));
+    assert_eq!(sampled.len(), 6);
+    let whole = tok.decode(&[ids.clone(), sampled].concat()).unwrap();
+    assert_eq!(run.stdout, format!("{whole}\n"));
+    let run = ok(&[
+        "generate",
+        "--model",
+        d,
+        "--prompt",
+        prompt,
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+    ]);
+    let whole = tok.decode(&[ids.clone(), greedy].concat()).unwrap();
+    assert_eq!(run.stdout, format!("{whole}\n"), "flags win over the file");
+    // Sampled beam search is refused, not run as something else.
+    std::fs::write(&file_path, r#"{"do_sample": true, "num_beams": 3}"#).unwrap();
+    let run = zoo(&["generate", "--model", d, "--prompt", prompt]);
+    assert_eq!(run.status, Some(1));
+    assert!(
+        run.stderr.contains("asks for 3 beams with do_sample"),
+        "{}",
+        run.stderr
+    );
+    // A broken file is named.
+    std::fs::write(&file_path, "{").unwrap();
+    let run = zoo(&["generate", "--model", d, "--prompt", prompt]);
+    assert!(
+        run.stderr.contains("generation_config.json"),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn generate_streams_the_library_s_greedy_text() {
     let device = test_device();
-    for name in ["gpt2-tiny", "llama-tiny", "phi3-tiny", "gpt-neox-tiny"] {
+    for name in [
+        "gpt2-tiny",
+        "llama-tiny",
+        "phi3-tiny",
+        "gpt-neox-tiny",
+        "qwen3-tiny",
+        "gemma-tiny",
+    ] {
         let dir = fixture("zoo-decoder", name);
         let prompt = "ROMEO: Wherefore art";
         let run = ok(&[
@@ -622,7 +714,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, bert, roberta, vit, t5, marian",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, bert, roberta, vit, t5, marian",
         ),
         ("info --model {tmp}/bart", "unknown model_type \"bart\""),
         (
@@ -706,7 +798,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "generate --model {bert} --prompt hello",
-            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox)",
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma)",
         ),
         (
             "generate --model {gpt2} --prompt hi --num-beams 0",
@@ -715,6 +807,14 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "generate --model {gpt2} --prompt hi --num-beams 2 --temperature 0.5",
             "beam search takes no --temperature; use --num-beams 1 to sample",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --num-beams 2 --top-k 4",
+            "beam search takes no --top-k; use --num-beams 1 to sample",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --num-beams 2 --repetition-penalty 1.2",
+            "beam search takes no --repetition-penalty; use --num-beams 1 to sample",
         ),
         (
             "translate --model {gpt2} --text hi",

@@ -318,8 +318,14 @@ pub trait Pretrained: ParamCount {
 /// A causal LM, as a loaded checkpoint offers it: [`crate::generate()`] and
 /// [`crate::beam_search`] over it, with the checkpoint's own end-of-text tokens.
 pub trait TextGenerator {
-    /// The end-of-text tokens the checkpoint's config names.
+    /// The end-of-text tokens the checkpoint names: its `generation_config.json`'s, else
+    /// its `config.json`'s.
     fn stop_tokens(&self) -> Vec<usize>;
+
+    /// The checkpoint's `generation_config.json`, when it has one.
+    fn generation_defaults(&self) -> Option<&crate::checkpoint::GenerationDefaults> {
+        None
+    }
 
     /// Samples or decodes greedily; `on_token(row, id)` is called for each new token.
     ///

@@ -26,6 +26,7 @@
 
 mod config;
 mod error;
+mod generation;
 mod keymap;
 mod load;
 mod save;
@@ -37,6 +38,7 @@ use std::path::{Path, PathBuf};
 
 pub use config::*;
 pub use error::*;
+pub use generation::*;
 pub use keymap::*;
 pub use load::*;
 pub use save::*;

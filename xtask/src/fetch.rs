@@ -118,6 +118,7 @@ pub(crate) fn fixtures() -> Result<()> {
         ("vit.py", "zoo-vision", None),
         ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
+        ("chat.py", "zoo-data", None),
     ];
     for (script, family, input) in scripts {
         let path = root.join("xtask/fixtures").join(script);

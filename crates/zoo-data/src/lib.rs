@@ -21,7 +21,9 @@ pub use batch::{
     CausalLmBatch, CausalLmBatcher, CausalLmItem, Seq2SeqBatch, Seq2SeqBatcher, Seq2SeqItem,
 };
 pub use error::{DataError, Result};
-pub use tokenizer::{BertTokenizer, Encoding, LmTokenizer, TextStream, TokenBatch, TokenizerError};
+pub use tokenizer::{
+    BertTokenizer, ChatTemplate, Encoding, LmTokenizer, TextStream, TokenBatch, TokenizerError,
+};
 pub use vocab::CharVocab;
 
 use std::path::PathBuf;

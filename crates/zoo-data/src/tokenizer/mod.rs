@@ -4,12 +4,16 @@
 //!   [`TextStream`] for text that streams out token by token; the encoder-decoder family
 //!   uses it for T5 and Marian too;
 //! - [`BertTokenizer`] (in `wordpiece`): BERT-style WordPiece, from a `tokenizer.json`,
-//!   a `vocab.txt` or trained on a corpus, with pairs and padded [`TokenBatch`]es.
+//!   a `vocab.txt` or trained on a corpus, with pairs and padded [`TokenBatch`]es;
+//! - [`ChatTemplate`] (in `chat`): an instruct model's chat template, rendered as
+//!   `transformers`' `apply_chat_template` renders it.
 
 mod bpe;
+mod chat;
 mod wordpiece;
 
 pub use bpe::{LmTokenizer, TextStream};
+pub use chat::ChatTemplate;
 pub use wordpiece::{BertTokenizer, Encoding, SPECIAL_TOKENS, TokenBatch};
 
 /// A tokenizer that cannot be loaded or run, with the file or the step it failed at.

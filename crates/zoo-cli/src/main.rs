@@ -4,6 +4,7 @@
 //! zoo info     --model DIR
 //! zoo forward  --model DIR --input IN.json --output OUT.json
 //! zoo generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] ...
+//! zoo chat     --model DIR [--messages FILE.json [--render]] [--system TEXT] ...
 //! zoo translate --model DIR --text TEXT [--num-beams N] ...
 //! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
 //! zoo embed    --model DIR --input IN.json --output OUT.json
@@ -19,7 +20,7 @@ macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         if let Err(e) = write!(std::io::stdout(), $($arg)*) {
-            stdout_failed(e);
+            $crate::stdout_failed(e);
         }
     }};
 }
@@ -29,12 +30,12 @@ macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
-            stdout_failed(e);
+            $crate::stdout_failed(e);
         }
     }};
 }
 
-fn stdout_failed(e: std::io::Error) -> ! {
+pub(crate) fn stdout_failed(e: std::io::Error) -> ! {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         std::process::exit(0);
     }
@@ -44,6 +45,7 @@ fn stdout_failed(e: std::io::Error) -> ! {
 
 mod error;
 mod json;
+mod text;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -54,7 +56,7 @@ use burn::tensor::{Device, activation::softmax};
 use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
-use zoo_data::{LmTokenizer, TextStream};
+use zoo_data::LmTokenizer;
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 
@@ -106,7 +108,11 @@ enum Command {
         output: PathBuf,
     },
     /// Continues a prompt with a causal LM, streaming the text.
-    Generate(GenerateArgs),
+    Generate(text::GenerateArgs),
+    /// Talks with an instruct model through its chat template: each line of standard
+    /// input is a user turn and the answer streams out; or answers (or, with --render,
+    /// prints the prompt of) the messages of a JSON file.
+    Chat(text::ChatArgs),
     /// Translates a text (or does what the model was trained for) with an encoder-decoder
     /// model, reading the folder's tokenizer.json.
     Translate(TranslateArgs),
@@ -139,39 +145,6 @@ enum Command {
         #[arg(long)]
         output: PathBuf,
     },
-}
-
-#[derive(clap::Args, Debug)]
-struct GenerateArgs {
-    /// The checkpoint folder, with its tokenizer.json.
-    #[arg(long)]
-    model: PathBuf,
-    /// The text to continue.
-    #[arg(long)]
-    prompt: String,
-    /// Most tokens to add. Default: the folder's generation_config.json, else 50.
-    #[arg(long)]
-    max_new_tokens: Option<usize>,
-    /// Sampling temperature; 0 picks the most likely token (greedy). Default: the
-    /// folder's generation_config.json (greedy unless it sets do_sample), else 0.
-    #[arg(long, allow_negative_numbers = true)]
-    temperature: Option<f64>,
-    /// Sample only among the k most likely tokens.
-    #[arg(long)]
-    top_k: Option<usize>,
-    /// Sample only among the most likely tokens whose probabilities reach p.
-    #[arg(long)]
-    top_p: Option<f64>,
-    /// Penalty on tokens already in the text (1 is off).
-    #[arg(long)]
-    repetition_penalty: Option<f64>,
-    /// Beams of beam search (above 1, the text is printed when the search ends). Takes
-    /// none of the sampling options.
-    #[arg(long)]
-    num_beams: Option<usize>,
-    /// Seed of the sampler.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -224,7 +197,8 @@ fn run(cli: Cli) -> Result<()> {
             input,
             output,
         } => forward(&model, &input, &output, &device()?),
-        Command::Generate(args) => generate_text(&args, &device()?),
+        Command::Generate(args) => text::generate_text(&args, &device()?),
+        Command::Chat(args) => text::chat(&args, &device()?),
         Command::Translate(args) => translate(&args, &device()?),
         Command::Classify {
             model,
@@ -323,7 +297,13 @@ fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<(
 
 /// The error for a folder whose architecture cannot run `command` (`task`), which needs
 /// `kind`: the model types that can, and what the folder holds.
-fn not_for(command: &str, task: Task, kind: &str, dir: &Path, model: &AutoModel) -> CliError {
+pub(crate) fn not_for(
+    command: &str,
+    task: Task,
+    kind: &str,
+    dir: &Path,
+    model: &AutoModel,
+) -> CliError {
     let arch = model.architecture();
     CliError::Unsupported(format!(
         "{command} needs {kind} ({}); {} is {} ({})",
@@ -332,122 +312,6 @@ fn not_for(command: &str, task: Task, kind: &str, dir: &Path, model: &AutoModel)
         arch.model_type,
         arch.name
     ))
-}
-
-fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
-    let model = AutoModel::from_pretrained(&args.model, device)?;
-    let Some(lm) = model.generator() else {
-        return Err(not_for(
-            "generate",
-            Task::Generate,
-            "a causal LM",
-            &args.model,
-            &model,
-        ));
-    };
-    if args.prompt.is_empty() {
-        return Err(CliError::Input("the prompt is empty".into()));
-    }
-    let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
-    let prompt = tokenizer.encode(&args.prompt)?;
-    if prompt.is_empty() {
-        return Err(CliError::Input("the prompt has no tokens".into()));
-    }
-    // The folder's generation_config.json gives what the command line leaves unset.
-    let file = lm.generation_defaults().cloned().unwrap_or_default();
-    let max_new_tokens = args.max_new_tokens.or(file.max_new_tokens).unwrap_or(50);
-    let num_beams = args.num_beams.or(file.num_beams).unwrap_or(1);
-    if num_beams != 1 {
-        let sampling = [
-            ("--temperature", args.temperature.is_some_and(|t| t != 0.0)),
-            ("--top-k", args.top_k.is_some()),
-            ("--top-p", args.top_p.is_some()),
-            ("--repetition-penalty", args.repetition_penalty.is_some()),
-        ];
-        if let Some((flag, _)) = sampling.iter().find(|(_, set)| *set) {
-            return Err(CliError::Input(format!(
-                "beam search takes no {flag}; use --num-beams 1 to sample"
-            )));
-        }
-        if args.num_beams.is_none() && file.samples() {
-            return Err(CliError::Input(format!(
-                "the folder's generation_config.json asks for {num_beams} beams with \
-                 do_sample, and sampled beam search is not implemented; pass --num-beams 1 \
-                 to sample or --num-beams {num_beams} to search"
-            )));
-        }
-        let cfg = BeamConfig::new(num_beams, max_new_tokens).with_stop_tokens(lm.stop_tokens());
-        let out = lm.beam_search(std::slice::from_ref(&prompt), &cfg)?;
-        outln!(
-            "{}{}",
-            args.prompt,
-            tokenizer.continuation(&prompt, &out.tokens[0])?
-        );
-        eprintln!(
-            "[{} new tokens in {:.2} s, {num_beams} beams, score {:.4}]",
-            out.tokens[0].len(),
-            out.elapsed.as_secs_f64(),
-            out.scores[0]
-        );
-        return Ok(());
-    }
-    let mut cfg = file.generation(max_new_tokens, args.seed);
-    match args.temperature {
-        None => {}
-        Some(t) if t >= 0.0 => cfg.temperature = t,
-        Some(t) => {
-            return Err(CliError::Input(format!(
-                "--temperature must be >= 0, got {t}"
-            )));
-        }
-    }
-    if let Some(k) = args.top_k {
-        cfg = cfg.with_top_k(k);
-    }
-    if let Some(p) = args.top_p {
-        cfg = cfg.with_top_p(p);
-    }
-    if let Some(r) = args.repetition_penalty {
-        cfg = cfg.with_repetition_penalty(r);
-    }
-    cfg = cfg.with_stop_tokens(lm.stop_tokens());
-    cfg.validate()?;
-    let mut stdout = std::io::stdout();
-    out!("{}", args.prompt);
-    let _ = stdout.flush();
-    // Each token's text is what it adds to the whole sequence's, so a SentencePiece
-    // tokenizer keeps the space before the first new word.
-    let mut stream = TextStream::after(&tokenizer, &prompt)?;
-    let mut failed = None;
-    let out = lm.generate(&[prompt], &cfg, &mut |_, token| {
-        if failed.is_some() {
-            return;
-        }
-        match stream.push(token) {
-            Ok(piece) => {
-                out!("{piece}");
-                let _ = stdout.flush();
-            }
-            Err(e) => failed = Some(e),
-        }
-    })?;
-    if let Some(e) = failed {
-        outln!();
-        return Err(e.into());
-    }
-    outln!("{}", stream.finish()?);
-    let n = out.tokens.first().map_or(0, Vec::len);
-    eprintln!(
-        "[{n} new tokens in {:.2} s, {:.1} tokens/s{}]",
-        out.elapsed.as_secs_f64(),
-        out.tokens_per_second(),
-        if out.stopped.first() == Some(&true) {
-            ", stopped at the end-of-text token"
-        } else {
-            ""
-        }
-    );
-    Ok(())
 }
 
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {

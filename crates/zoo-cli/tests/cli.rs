@@ -353,6 +353,141 @@ fn generate_takes_its_defaults_from_generation_config_json() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `zoo ARGS --device <backend>` with `input` on its standard input.
+fn zoo_with_stdin(args: &[&str], input: &str) -> Run {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(args)
+        .args(["--device", test_backend().as_str()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the zoo binary runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    Run::of(child.wait_with_output().unwrap())
+}
+
+#[test]
+fn chat_renders_real_templates_as_transformers_does() {
+    let tmp = tempdir("chat-render");
+    for name in ["qwen2.5-instruct", "gemma-it"] {
+        let dir = fixture("zoo-data", &format!("chat/{name}"));
+        let expected = read_json(&dir.join("expected.json"));
+        for case in expected["cases"].as_array().unwrap() {
+            let Some(want) = case["rendered"].as_str() else {
+                continue;
+            };
+            if case["add_generation_prompt"] != json!(true) {
+                continue;
+            }
+            let messages = tmp.join("messages.json");
+            std::fs::write(&messages, case["messages"].to_string()).unwrap();
+            // No model is needed to render: the folder holds the template alone.
+            let run = ok(&[
+                "chat",
+                "--model",
+                dir.to_str().unwrap(),
+                "--messages",
+                messages.to_str().unwrap(),
+                "--render",
+            ]);
+            assert_eq!(run.stdout, want, "{name}");
+        }
+    }
+    // Gemma's template refuses a system turn, in its own words.
+    let dir = fixture("zoo-data", "chat/gemma-it");
+    let messages = tmp.join("system.json");
+    std::fs::write(
+        &messages,
+        r#"[{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]"#,
+    )
+    .unwrap();
+    let m = messages.to_str().unwrap();
+    let run = zoo(&[
+        "chat",
+        "--model",
+        dir.to_str().unwrap(),
+        "--messages",
+        m,
+        "--render",
+    ]);
+    assert_eq!(run.status, Some(1));
+    assert_eq!(
+        run.stderr,
+        "error: tokenizer: chat template: System role not supported\n"
+    );
+    // A folder without a template is named.
+    let run = zoo(&[
+        "chat",
+        "--model",
+        gpt2().to_str().unwrap(),
+        "--messages",
+        m,
+        "--render",
+    ]);
+    assert!(
+        run.stderr.contains("has no chat template"),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+#[test]
+fn chat_answers_each_turn_of_standard_input_through_the_template() {
+    let device = test_device();
+    let dir = decoder_copy("llama-tiny", "chat");
+    // A template short enough for the fixture's 32 positions over two turns.
+    let template = "{{ bos_token }}{% for m in messages %}{{ m.role[0] }}: {{ m.content }}\n\
+                    {% endfor %}{% if add_generation_prompt %}a:{% endif %}";
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        json!({"chat_template": template, "bos_token": "<s>"}).to_string(),
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    let run = zoo_with_stdin(
+        &["chat", "--model", d, "--max-new-tokens", "3"],
+        "Juliet?\n\nRomeo?\n",
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    // The same two turns through the library: the rendered history, encoded without
+    // added special tokens, answered greedily.
+    let template = zoo_data::ChatTemplate::from_pretrained(&dir)
+        .unwrap()
+        .unwrap();
+    let tok = LmTokenizer::from_pretrained(&dir).unwrap();
+    let model = DecoderLm::from_pretrained(&dir, &device).unwrap();
+    let cfg = GenerationConfig::greedy(3).with_stop_tokens(vec![2]);
+    let mut messages = Vec::new();
+    let mut want = String::new();
+    for turn in ["Juliet?", "Romeo?"] {
+        messages.push(json!({"role": "user", "content": turn}));
+        let text = template.render(&json!(messages), true).unwrap();
+        let ids = tok.encode_plain(&text).unwrap();
+        let new = generate(&model, std::slice::from_ref(&ids), &cfg, |_, _| {})
+            .unwrap()
+            .tokens[0]
+            .clone();
+        want += &format!("{}\n", tok.continuation(&ids, &new).unwrap());
+        messages.push(json!({"role": "assistant", "content": tok.decode(&new).unwrap()}));
+    }
+    assert_eq!(run.stdout, want);
+    assert_eq!(
+        run.stderr.matches("new tokens in").count(),
+        2,
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn generate_streams_the_library_s_greedy_text() {
     let device = test_device();

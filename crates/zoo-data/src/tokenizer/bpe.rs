@@ -65,6 +65,19 @@ impl LmTokenizer {
         Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
     }
 
+    /// Token ids of `text` with no special tokens added: for text that writes its own,
+    /// as a rendered chat template does.
+    ///
+    /// # Errors
+    /// What the tokenizer rejects.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<usize>> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| tok_err("encode", e))?;
+        Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
+    }
+
     /// The text that `new` adds after `prompt`: the whole sequence decoded, less the
     /// prompt's own text (see [`TextStream::after`]).
     ///

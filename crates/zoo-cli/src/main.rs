@@ -56,7 +56,6 @@ use burn::tensor::{Device, activation::softmax};
 use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
-use zoo_data::LmTokenizer;
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 
@@ -330,14 +329,7 @@ fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
 }
 
 fn run_translate(model: &dyn Translator, args: &TranslateArgs) -> Result<()> {
-    if args.text.is_empty() {
-        return Err(CliError::Input("the text is empty".into()));
-    }
-    let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
-    let source = tokenizer.encode(&args.text)?;
-    if source.is_empty() {
-        return Err(CliError::Input("the text has no tokens".into()));
-    }
+    let (tokenizer, source) = text::tokenize(&args.model, &args.text, "text")?;
     let (tokens, elapsed) = if args.temperature != 0.0 {
         if args.temperature < 0.0 {
             return Err(CliError::Input(format!(

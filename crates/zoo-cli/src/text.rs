@@ -77,6 +77,21 @@ pub(crate) struct ChatArgs {
     sampling: SamplingArgs,
 }
 
+/// The folder's tokenizer and the ids of `text` (the command's `what`: prompt, text),
+/// with the special tokens the tokenizer adds; an empty text, or one without tokens, is
+/// refused.
+pub(crate) fn tokenize(dir: &Path, text: &str, what: &str) -> Result<(LmTokenizer, Vec<usize>)> {
+    if text.is_empty() {
+        return Err(CliError::Input(format!("the {what} is empty")));
+    }
+    let tokenizer = LmTokenizer::from_pretrained(dir)?;
+    let ids = tokenizer.encode(text)?;
+    if ids.is_empty() {
+        return Err(CliError::Input(format!("the {what} has no tokens")));
+    }
+    Ok((tokenizer, ids))
+}
+
 /// The causal LM of a folder, or the error that names what the folder holds instead.
 fn load_lm(command: &str, dir: &Path, device: &Device) -> Result<AutoModel> {
     let model = AutoModel::from_pretrained(dir, device)?;
@@ -171,14 +186,7 @@ fn stream(
 pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
     let model = load_lm("generate", &args.model, device)?;
     let lm = model.generator().expect("checked by load_lm");
-    if args.prompt.is_empty() {
-        return Err(CliError::Input("the prompt is empty".into()));
-    }
-    let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
-    let prompt = tokenizer.encode(&args.prompt)?;
-    if prompt.is_empty() {
-        return Err(CliError::Input("the prompt has no tokens".into()));
-    }
+    let (tokenizer, prompt) = tokenize(&args.model, &args.prompt, "prompt")?;
     let s = &args.sampling;
     let max_new = max_new_tokens(s, lm);
     let file = lm.generation_defaults().cloned().unwrap_or_default();

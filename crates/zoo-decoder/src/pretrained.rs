@@ -55,10 +55,6 @@ fn gelu_new() -> HiddenAct {
     HiddenAct::GeluTanh
 }
 
-fn silu() -> HiddenAct {
-    HiddenAct::Silu
-}
-
 fn eps_1e5() -> f64 {
     1e-5
 }
@@ -107,18 +103,19 @@ pub struct Gpt2Config {
     pub other: Map<String, Value>,
 }
 
-/// HF's `LlamaConfig`, which `MistralConfig` and `Qwen2Config` extend, with HF's field
-/// names. Fields the zoo does not use are kept in `other` and written back on saving.
+/// HF's `LlamaConfig`, which `MistralConfig`, `Qwen2Config`, `Qwen3Config` and
+/// `GemmaConfig` extend, with HF's field names. Fields the zoo does not use are kept in
+/// `other` and written back on saving.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LlamaConfig {
-    /// `llama`, `mistral` or `qwen2`.
+    /// `llama`, `mistral`, `qwen2` (or `qwen3`, `gemma` inside their own types).
     pub model_type: String,
     /// The sizes.
     #[serde(flatten)]
     pub sizes: RotarySizes,
-    /// Gate non-linearity. Default: `silu` (SwiGLU).
-    #[serde(default = "silu")]
-    pub hidden_act: HiddenAct,
+    /// Gate non-linearity. Default: the architecture's (`silu`, SwiGLU, for Llama).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_act: Option<HiddenAct>,
     /// RMSNorm epsilon. Default: 1e-6.
     #[serde(default = "eps_1e6")]
     pub rms_norm_eps: f64,
@@ -339,7 +336,7 @@ fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
 }
 
 fn llama_decoder(c: &LlamaConfig) -> Result<DecoderConfig> {
-    let activation = match c.hidden_act {
+    let activation = match c.hidden_act.unwrap_or(HiddenAct::Silu) {
         HiddenAct::Silu => FfnActivation::SwiGlu,
         HiddenAct::GeluTanh => FfnActivation::GeGlu,
         other => {

@@ -18,14 +18,15 @@
 //! below the depth) is refused by name; no released Qwen3 checkpoint turns it on.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use zoo_attention::{FfnActivation, HiddenAct};
 use zoo_core::ConfigError;
+use zoo_core::checkpoint::KeyMap;
 
 use crate::config::DecoderConfig;
 use crate::error::Result;
-use crate::hf::{DecoderSpec, RopeFields, RotarySizes, SpecialTokens, llama_key_map, unsupported};
-use zoo_core::checkpoint::KeyMap;
+use crate::hf::{DecoderSpec, SpecialTokens, llama_key_map, unsupported};
+use crate::pretrained::LlamaConfig;
 
 /// `config.json`'s `model_type`.
 pub const MODEL_TYPE: &str = "qwen3";
@@ -38,53 +39,16 @@ pub(crate) const QK_NORM_NAMES: (&str, &str) = (
     "layers.{n}.self_attn.qk_norm.{q|k}_norm.",
 );
 
-fn silu() -> HiddenAct {
-    HiddenAct::Silu
-}
-
-fn eps_1e6() -> f64 {
-    1e-6
-}
-
-/// HF's `Qwen3Config`, with its field names. Fields the zoo does not use are kept in
-/// `other` and written back on saving.
+/// HF's `Qwen3Config`: the fields of a [`LlamaConfig`] (its `head_dim` usually given and
+/// free, its RMSNorm epsilon also QK-norm's), with `use_sliding_window`,
+/// `sliding_window` and `max_window_layers` (kept in `other`) for the window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Qwen3Config {
-    /// The sizes; `head_dim` is usually given, and free.
-    #[serde(flatten)]
-    pub sizes: RotarySizes,
-    /// Gate non-linearity. Default: `silu`.
-    #[serde(default = "silu")]
-    pub hidden_act: HiddenAct,
-    /// RMSNorm epsilon, of the layers' norms and of QK-norm. Default: 1e-6.
-    #[serde(default = "eps_1e6")]
-    pub rms_norm_eps: f64,
-    /// The RoPE base and scaling.
-    #[serde(flatten)]
-    pub rope: RopeFields,
-    /// Biases on Q, K, V and O. Default: false.
-    #[serde(default)]
-    pub attention_bias: bool,
-    /// A sliding window on the layers from `max_window_layers` on. Default: false.
-    #[serde(default)]
-    pub use_sliding_window: bool,
-    /// The window, when `use_sliding_window`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sliding_window: Option<usize>,
-    /// The layers below this one attend in full. Default: all of them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_window_layers: Option<usize>,
-    /// The start and end tokens.
-    #[serde(flatten)]
-    pub tokens: SpecialTokens,
-    /// Every other field of the file.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
-}
+#[serde(transparent)]
+pub struct Qwen3Config(pub LlamaConfig);
 
 impl DecoderSpec for Qwen3Config {
     fn tokens(&self) -> &SpecialTokens {
-        &self.tokens
+        &self.0.tokens
     }
 
     fn key_map(&self) -> KeyMap {
@@ -93,17 +57,24 @@ impl DecoderSpec for Qwen3Config {
 
     /// A non-`silu` gate, or a window on some layers only, is an error.
     fn decoder(&self) -> Result<DecoderConfig> {
-        if self.hidden_act != HiddenAct::Silu {
+        let c = &self.0;
+        let act = c.hidden_act.unwrap_or(HiddenAct::Silu);
+        if act != HiddenAct::Silu {
             return Err(unsupported(
                 "hidden_act",
-                format!("{:?}", self.hidden_act),
+                format!("{act:?}"),
                 "Qwen3's gated MLP takes silu",
             ));
         }
-        let layers = self.sizes.num_hidden_layers;
-        let window = match (self.use_sliding_window, self.sliding_window) {
-            (true, Some(w)) => {
-                let full = self.max_window_layers.unwrap_or(layers);
+        let layers = c.sizes.num_hidden_layers;
+        let window = match (c.use_sliding_window, c.sliding_window) {
+            (Some(true), Some(w)) => {
+                // HF: layers from max_window_layers on slide; it defaults to all layers.
+                let full = c
+                    .other
+                    .get("max_window_layers")
+                    .and_then(Value::as_u64)
+                    .map_or(layers, |n| n as usize);
                 if full >= layers {
                     None
                 } else if full == 0 {
@@ -118,12 +89,12 @@ impl DecoderSpec for Qwen3Config {
             }
             _ => None,
         };
-        Ok(self
-            .sizes
-            .llama_style(&self.rope, self.rms_norm_eps)?
+        Ok(c.sizes
+            .llama_style(&c.rope, c.rms_norm_eps)?
             .with_activation(FfnActivation::SwiGlu)
-            .with_qkv_bias(Some(self.attention_bias))
-            .with_out_bias(Some(self.attention_bias))
+            .with_qkv_bias(Some(c.attention_bias))
+            .with_out_bias(Some(c.attention_bias))
+            .with_mlp_bias(Some(c.mlp_bias))
             .with_qk_norm(true)
             .with_sliding_window(window))
     }

@@ -418,17 +418,9 @@ fn tensors_error(e: EncoderError) -> zoo_core::TensorReport {
 fn a_checkpoint_that_does_not_fit_names_every_tensor_with_its_shapes() {
     let device = test_device();
     // A bare checkpoint has no classifier: missing, with the shape the model expects.
-    let dir = tempdir("no-head");
-    std::fs::copy(
-        fixture("bert-tiny/model.safetensors"),
-        dir.join("model.safetensors"),
-    )
-    .unwrap();
-    std::fs::copy(
-        fixture("bert-tiny-cls/config.json"),
-        dir.join("config.json"),
-    )
-    .unwrap();
+    let weights = fixture("bert-tiny/model.safetensors");
+    let cls = std::fs::read_to_string(fixture("bert-tiny-cls/config.json")).unwrap();
+    let dir = zoo_fixtures::checkpoint_folder("encoder", "no-head", &weights, &cls);
     let e = BertForSequenceClassification::from_pretrained(&dir, &device).unwrap_err();
     let text = e.to_string();
     let report = tensors_error(e);
@@ -446,16 +438,10 @@ fn a_checkpoint_that_does_not_fit_names_every_tensor_with_its_shapes() {
     );
 
     // A config that disagrees with the weights: every mis-shaped tensor at once.
-    let dir = tempdir("wrong-shape");
-    std::fs::copy(
-        fixture("bert-tiny/model.safetensors"),
-        dir.join("model.safetensors"),
-    )
-    .unwrap();
     let config = std::fs::read_to_string(fixture("bert-tiny/config.json"))
         .unwrap()
         .replace("\"intermediate_size\": 56", "\"intermediate_size\": 64");
-    std::fs::write(dir.join("config.json"), config).unwrap();
+    let dir = zoo_fixtures::checkpoint_folder("encoder", "wrong-shape", &weights, &config);
     let report = tensors_error(BertModel::from_pretrained(&dir, &device).unwrap_err());
     let names: Vec<&str> = report.mismatched.iter().map(|m| m.0.as_str()).collect();
     assert_eq!(

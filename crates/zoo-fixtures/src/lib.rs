@@ -67,6 +67,19 @@ pub fn tempdir(family: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// A fresh folder (as [`tempdir`]) holding `weights` as `model.safetensors` and `config`
+/// as `config.json`: a checkpoint whose config may disagree with its weights.
+///
+/// # Panics
+/// A file that cannot be copied or written.
+pub fn checkpoint_folder(family: &str, name: &str, weights: &Path, config: &str) -> PathBuf {
+    let dir = tempdir(family, name);
+    std::fs::copy(weights, dir.join("model.safetensors"))
+        .unwrap_or_else(|e| panic!("{}: {e}", weights.display()));
+    std::fs::write(dir.join("config.json"), config).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
 /// The all-MiniLM-L6-v2 folder `cargo xtask fetch minilm` unpacks: `$ZOO_MINILM_DIR`,
 /// else `<cache>/models/all-MiniLM-L6-v2`.
 ///

@@ -59,6 +59,23 @@ fn fit_blobs(
     fit(task, train, valid, BlobBatcher, cfg, devices, options)
 }
 
+/// [`fit_blobs`] on one device with the default options, on `(count, seed)` blobs for
+/// training and validation.
+fn fit_plain(
+    cfg: &TrainConfig,
+    train: (usize, u64),
+    valid: (usize, u64),
+    device: &Device,
+) -> zoo_train::Result<FitResult<ClassificationTask<Mlp>>> {
+    fit_blobs(
+        cfg,
+        blobs(train.0, 4, 16, train.1, &[]),
+        blobs(valid.0, 4, 16, valid.1, &[]),
+        std::slice::from_ref(device),
+        FitOptions::default(),
+    )
+}
+
 fn csv_column(path: &Path, column: &str) -> Vec<f64> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines = text.lines();
@@ -77,14 +94,7 @@ fn learning_classification_reaches_high_accuracy() {
     let device = zoo_device::test_device();
     let dir = temp_dir("learn");
     let cfg = toy_config(3, &dir);
-    let out = fit_blobs(
-        &cfg,
-        blobs(2000, 4, 16, 1, &[]),
-        blobs(400, 4, 16, 2, &[]),
-        std::slice::from_ref(&device),
-        FitOptions::default(),
-    )
-    .unwrap();
+    let out = fit_plain(&cfg, (2000, 1), (400, 2), &device).unwrap();
     let acc = out.epochs.last().unwrap()["valid_accuracy"];
     // Accuracy is logged in percent; the blobs are separable up to noise.
     assert!(acc > 90.0, "valid accuracy {acc}");
@@ -136,14 +146,7 @@ fn nan_loss_stops_with_the_batch_and_keeps_good_checkpoints() {
     let dir = temp_dir("nan");
     let cfg = toy_config(2, &dir);
     // Two clean epochs with checkpoints.
-    fit_blobs(
-        &cfg,
-        blobs(400, 4, 16, 3, &[]),
-        blobs(100, 4, 16, 4, &[]),
-        std::slice::from_ref(&device),
-        FitOptions::default(),
-    )
-    .unwrap();
+    fit_plain(&cfg, (400, 3), (100, 4), &device).unwrap();
     // Resume for a third epoch on data where one example is NaN, with a freshly built
     // model, as a resumed program would have.
     let cfg3 = toy_config(3, &dir);
@@ -499,14 +502,7 @@ fn several_devices_are_required_by_multi_device_strategies() {
     let device = zoo_device::test_device();
     let mut cfg = toy_config(2, &temp_dir("one-device"));
     cfg.strategy = Strategy::DistributedDataParallel;
-    let err = fit_blobs(
-        &cfg,
-        blobs(100, 4, 16, 1, &[]),
-        blobs(20, 4, 16, 2, &[]),
-        std::slice::from_ref(&device),
-        FitOptions::default(),
-    )
-    .unwrap_err();
+    let err = fit_plain(&cfg, (100, 1), (20, 2), &device).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -569,14 +565,7 @@ fn gradient_accumulation_steps_once_per_group_of_batches() {
     cfg.warmup_steps = 3;
     // 160 examples of batch 16: 10 batches, so 4 optimiser steps (3 + 3 + 3 + 1).
     assert_eq!(cfg.total_steps(160), 4);
-    fit_blobs(
-        &cfg,
-        blobs(160, 4, 16, 21, &[]),
-        blobs(40, 4, 16, 22, &[]),
-        std::slice::from_ref(&device),
-        FitOptions::default(),
-    )
-    .unwrap();
+    fit_plain(&cfg, (160, 21), (40, 22), &device).unwrap();
     // burn-train logs the learning rate after each batch, and the schedule advances at
     // each optimiser step: after batches 3, 6 and 9 (groups of 3) and 10 (the partial
     // group at the end of the epoch). Warmup over 3 steps gives lr/3, 2lr/3 and lr; the

@@ -251,13 +251,9 @@ fn tensors_error(e: VisionError) -> zoo_core::TensorReport {
 fn a_checkpoint_that_does_not_fit_names_every_tensor_with_its_shapes() {
     let device = test_device();
     // The bare checkpoint has no classifier.
-    let dir = tempdir("no-head");
-    std::fs::copy(
-        fixture("vit-tiny/model.safetensors"),
-        dir.join("model.safetensors"),
-    )
-    .unwrap();
-    std::fs::copy(fixture("vit-tiny-cls/config.json"), dir.join("config.json")).unwrap();
+    let weights = fixture("vit-tiny/model.safetensors");
+    let cls = std::fs::read_to_string(fixture("vit-tiny-cls/config.json")).unwrap();
+    let dir = zoo_fixtures::checkpoint_folder("vision", "no-head", &weights, &cls);
     let e = ViTForImageClassification::from_pretrained(&dir, &device).unwrap_err();
     let text = e.to_string();
     let report = tensors_error(e);
@@ -273,16 +269,10 @@ fn a_checkpoint_that_does_not_fit_names_every_tensor_with_its_shapes() {
 
     // A config whose patch size disagrees with the weights: the projection and the
     // position table are both named, with both shapes.
-    let dir = tempdir("wrong-patch");
-    std::fs::copy(
-        fixture("vit-tiny/model.safetensors"),
-        dir.join("model.safetensors"),
-    )
-    .unwrap();
     let config = std::fs::read_to_string(fixture("vit-tiny/config.json"))
         .unwrap()
         .replace("\"patch_size\": 6", "\"patch_size\": 5");
-    std::fs::write(dir.join("config.json"), config).unwrap();
+    let dir = zoo_fixtures::checkpoint_folder("vision", "wrong-patch", &weights, &config);
     let report = tensors_error(ViTModel::from_pretrained(&dir, &device).unwrap_err());
     assert_eq!(
         report.mismatched,

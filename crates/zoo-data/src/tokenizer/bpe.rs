@@ -58,11 +58,7 @@ impl LmTokenizer {
     /// # Errors
     /// What the tokenizer rejects.
     pub fn encode(&self, text: &str) -> Result<Vec<usize>> {
-        let enc = self
-            .inner
-            .encode(text, true)
-            .map_err(|e| tok_err("encode", e))?;
-        Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
+        self.encode_ids(text, true)
     }
 
     /// Token ids of `text` with no special tokens added: for text that writes its own,
@@ -71,9 +67,13 @@ impl LmTokenizer {
     /// # Errors
     /// What the tokenizer rejects.
     pub fn encode_plain(&self, text: &str) -> Result<Vec<usize>> {
+        self.encode_ids(text, false)
+    }
+
+    fn encode_ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<usize>> {
         let enc = self
             .inner
-            .encode(text, false)
+            .encode(text, add_special_tokens)
             .map_err(|e| tok_err("encode", e))?;
         Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
     }

@@ -244,11 +244,7 @@ impl serde_json::ser::Formatter for PythonCompact {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        comma_unless_first(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -256,11 +252,7 @@ impl serde_json::ser::Formatter for PythonCompact {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        comma_unless_first(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
@@ -268,6 +260,17 @@ impl serde_json::ser::Formatter for PythonCompact {
         writer: &mut W,
     ) -> std::io::Result<()> {
         writer.write_all(b": ")
+    }
+}
+
+fn comma_unless_first<W: ?Sized + std::io::Write>(
+    writer: &mut W,
+    first: bool,
+) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
     }
 }
 

@@ -6,26 +6,18 @@ Usage: python bert.py [--batch 8] [--len 128] [--runs 5] [--threads 2]
 """
 
 import argparse
-import statistics
 
 import torch
 from transformers import BertConfig, BertModel
 
-from common import print_result, start, timed_runs
+from common import parse_timed, report, timed_runs
 
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--len", type=int, default=128)
-p.add_argument("--runs", type=int, default=5)
-p.add_argument("--threads", type=int, default=2)
-a = p.parse_args()
-start(a.threads)
+a = parse_timed(p)
 model = BertModel(BertConfig(), add_pooling_layer=False).eval()
 ids = (torch.arange(a.batch * a.len) * 7919 % 29000 + 1000).reshape(a.batch, a.len)
 with torch.inference_mode():
     times = timed_runs(a.runs, 1, lambda: model(input_ids=ids))
-print(
-    f"bert-base forward {a.batch}x{a.len} on torch {torch.__version__} "
-    f"({a.threads} threads): {1e3 * statistics.median(times):.1f} ms (median of {a.runs})"
-)
-print_result(times)
+report(f"bert-base forward {a.batch}x{a.len}", a, times)

@@ -19,6 +19,28 @@ def start(threads):
     torch.manual_seed(0)
 
 
+def parse_timed(p):
+    """Adds the timing options every timed script takes (`--runs`, `--threads`) to the
+    script's parser, parses the command line and starts torch on those threads."""
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    start(a.threads)
+    return a
+
+
+def report(what, a, times, per=1, after="", **extra):
+    """Prints the line for a person, `{what} on torch V (N threads): {median} ms[ per
+    token] (median of R){after}`, then [`print_result`]'s line, both per `per` tokens."""
+    median = 1e3 * statistics.median(times) / per
+    unit = "ms per token" if per > 1 else "ms"
+    print(
+        f"{what} on torch {torch.__version__} ({a.threads} threads): {median:.2f} {unit} "
+        f"(median of {a.runs}){after}"
+    )
+    print_result(times, per, **extra)
+
+
 def timed_runs(runs, warmup, f):
     """Wall seconds of `runs` calls of f, after `warmup` untimed calls."""
     for _ in range(warmup):

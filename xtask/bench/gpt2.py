@@ -11,12 +11,11 @@ Usage: python gpt2.py [--mode forward|generate] [--batch 1] [--len 128] [--promp
 """
 
 import argparse
-import statistics
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from common import print_result, start, timed_runs
+from common import parse_timed, report, timed_runs
 
 p = argparse.ArgumentParser()
 p.add_argument("--mode", choices=["forward", "generate"], default="forward")
@@ -24,10 +23,7 @@ p.add_argument("--batch", type=int, default=1)
 p.add_argument("--len", type=int, default=128)
 p.add_argument("--prompt", type=int, default=16)
 p.add_argument("--new", type=int, default=64)
-p.add_argument("--runs", type=int, default=5)
-p.add_argument("--threads", type=int, default=2)
-a = p.parse_args()
-start(a.threads)
+a = parse_timed(p)
 model = GPT2LMHeadModel(GPT2Config()).eval()
 
 
@@ -40,11 +36,7 @@ with torch.inference_mode():
     if a.mode == "forward":
         x = ids(a.batch * a.len).reshape(a.batch, a.len)
         times = timed_runs(a.runs, 1, lambda: model(input_ids=x))
-        print(
-            f"gpt2-small forward {a.batch}x{a.len} on torch {torch.__version__} "
-            f"({a.threads} threads): {1e3 * statistics.median(times):.1f} ms (median of {a.runs})"
-        )
-        print_result(times)
+        report(f"gpt2-small forward {a.batch}x{a.len}", a, times)
     else:
         x = ids(a.prompt).reshape(1, a.prompt)
         attention = torch.ones_like(x)
@@ -61,9 +53,4 @@ with torch.inference_mode():
             assert out.shape[1] == a.prompt + a.new, out.shape
 
         times = timed_runs(a.runs, 1, run)
-        print(
-            f"gpt2-small greedy generation, prompt {a.prompt} + {a.new} new, on torch "
-            f"{torch.__version__} ({a.threads} threads): "
-            f"{1e3 * statistics.median(times) / a.new:.2f} ms per token (median of {a.runs})"
-        )
-        print_result(times, per=a.new)
+        report(f"gpt2-small greedy generation, prompt {a.prompt} + {a.new} new,", a, times, per=a.new)

@@ -14,20 +14,16 @@ Usage: python train.py [--preset char|gpt2|llama] [--runs 5] [--threads 2]
 """
 
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
-from common import char_model, print_result, start, timed_runs
+from common import char_model, parse_timed, report, timed_runs
 
 VOCAB = 65
 
 p = argparse.ArgumentParser()
 p.add_argument("--preset", choices=["char", "gpt2", "llama"], default="char")
-p.add_argument("--runs", type=int, default=5)
-p.add_argument("--threads", type=int, default=2)
-a = p.parse_args()
-start(a.threads)
+a = parse_timed(p)
 batch, block = (64, 16) if a.preset == "char" else (12, 64)
 model = char_model(a.preset, VOCAB, block)
 model.train()
@@ -49,9 +45,5 @@ def step():
 
 times = timed_runs(a.runs, 3, step)
 params = sum(p.numel() for p in model.parameters())
-print(
-    f"{a.preset} training step ({params} parameters, batch {batch} x {block}) on torch "
-    f"{torch.__version__} ({a.threads} threads): {1e3 * statistics.median(times):.1f} ms "
-    f"(median of {a.runs}), last loss {last[0]:.3f}"
-)
-print_result(times)
+what = f"{a.preset} training step ({params} parameters, batch {batch} x {block})"
+report(what, a, times, after=f", last loss {last[0]:.3f}")

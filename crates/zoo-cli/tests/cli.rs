@@ -488,6 +488,31 @@ fn chat_answers_each_turn_of_standard_input_through_the_template() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// What `zoo generate` prints is what Python's `tokenizer.decode` gives for the whole
+/// sequence `transformers` generates (`stream.json`, written by the fixture script), on
+/// byte-level and SentencePiece-style tokenizers alike.
+#[test]
+fn generate_prints_python_s_decode_of_the_whole_sequence() {
+    for name in zoo_fixtures::DECODER_FIXTURES {
+        let dir = fixture("zoo-decoder", name);
+        let want = read_json(&dir.join("stream.json"));
+        let run = ok(&[
+            "generate",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            want["prompt"].as_str().unwrap(),
+            "--max-new-tokens",
+            "8",
+        ]);
+        assert_eq!(
+            run.stdout,
+            format!("{}\n", want["text"].as_str().unwrap()),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn generate_streams_the_library_s_greedy_text() {
     let device = test_device();

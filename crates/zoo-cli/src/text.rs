@@ -5,11 +5,12 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::tensor::Device;
 use serde_json::{Value, json};
 use zoo_core::registry::{Task, TextGenerator};
-use zoo_core::{BeamConfig, Generation, GenerationConfig};
+use zoo_core::{BeamConfig, Generation, GenerationConfig, StoppingCriterion};
 use zoo_data::{ChatTemplate, LmTokenizer, TextStream};
 use zoo_hub::AutoModel;
 
@@ -32,9 +33,17 @@ pub(crate) struct SamplingArgs {
     /// Sample only among the most likely tokens whose probabilities reach p.
     #[arg(long)]
     top_p: Option<f64>,
+    /// Sample only among the tokens at least this fraction as likely as the most likely
+    /// one (min-p).
+    #[arg(long)]
+    min_p: Option<f64>,
     /// Penalty on tokens already in the text (1 is off).
     #[arg(long)]
     repetition_penalty: Option<f64>,
+    /// End the text once it contains this string (`\n`, `\t` and `\\` stand for a
+    /// newline, a tab and a backslash); may be given more than once.
+    #[arg(long = "stop", value_name = "TEXT")]
+    stop: Vec<String>,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -125,6 +134,9 @@ fn sampling_config(
     if let Some(p) = args.top_p {
         cfg = cfg.with_top_p(p);
     }
+    if let Some(p) = args.min_p {
+        cfg = cfg.with_min_p(p);
+    }
     if let Some(r) = args.repetition_penalty {
         cfg = cfg.with_repetition_penalty(r);
     }
@@ -138,6 +150,67 @@ fn max_new_tokens(args: &SamplingArgs, lm: &dyn TextGenerator) -> usize {
     args.max_new_tokens
         .or(lm.generation_defaults().and_then(|g| g.max_new_tokens))
         .unwrap_or(50)
+}
+
+/// `\n`, `\t` and `\\` of a command-line stop string as a newline, a tab and a
+/// backslash; any other character as it is.
+fn unescape(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// Ends a row once the text its new tokens add after the prompt contains a stop string.
+#[derive(Debug)]
+struct StopStrings {
+    tokenizer: LmTokenizer,
+    prompt: Vec<usize>,
+    stops: Vec<String>,
+}
+
+impl StoppingCriterion for StopStrings {
+    fn stops(&self, _row: usize, new_tokens: &[usize]) -> bool {
+        self.tokenizer
+            .continuation(&self.prompt, new_tokens)
+            .is_ok_and(|text| self.stops.iter().any(|s| text.contains(s.as_str())))
+    }
+}
+
+/// `cfg` with the `--stop` strings of `args` for a continuation of `prompt`.
+fn with_stop_strings(
+    cfg: &GenerationConfig,
+    args: &SamplingArgs,
+    tokenizer: &LmTokenizer,
+    prompt: &[usize],
+) -> Result<GenerationConfig> {
+    if args.stop.is_empty() {
+        return Ok(cfg.clone());
+    }
+    let stops: Vec<String> = args.stop.iter().map(|s| unescape(s)).collect();
+    if stops.iter().any(String::is_empty) {
+        return Err(CliError::Input("a --stop string is empty".into()));
+    }
+    Ok(cfg.clone().with_stopping(Arc::new(StopStrings {
+        tokenizer: tokenizer.clone(),
+        prompt: prompt.to_vec(),
+        stops,
+    })))
 }
 
 /// Generates after `prompt`, printing each token's text as it comes (what it adds to the
@@ -196,7 +269,9 @@ pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> 
             ("--temperature", s.temperature.is_some_and(|t| t != 0.0)),
             ("--top-k", s.top_k.is_some()),
             ("--top-p", s.top_p.is_some()),
+            ("--min-p", s.min_p.is_some()),
             ("--repetition-penalty", s.repetition_penalty.is_some()),
+            ("--stop", !s.stop.is_empty()),
         ];
         if let Some((flag, _)) = sampling.iter().find(|(_, set)| *set) {
             return Err(CliError::Input(format!(
@@ -226,6 +301,7 @@ pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> 
         return Ok(());
     }
     let cfg = sampling_config(s, lm, max_new)?;
+    let cfg = with_stop_strings(&cfg, s, &tokenizer, &prompt)?;
     out!("{}", args.prompt);
     let _ = std::io::stdout().flush();
     stream(lm, &tokenizer, prompt, &cfg)?;
@@ -293,12 +369,9 @@ pub(crate) fn chat(args: &ChatArgs, device: &Device) -> Result<()> {
         cfg.stop_tokens.push(id);
     }
     if let Some(messages) = from_file {
-        stream(
-            lm,
-            &tokenizer,
-            chat_prompt(&template, &tokenizer, &messages)?,
-            &cfg,
-        )?;
+        let prompt = chat_prompt(&template, &tokenizer, &messages)?;
+        let cfg = with_stop_strings(&cfg, &args.sampling, &tokenizer, &prompt)?;
+        stream(lm, &tokenizer, prompt, &cfg)?;
         return Ok(());
     }
     let mut messages: Vec<Value> = args
@@ -313,9 +386,22 @@ pub(crate) fn chat(args: &ChatArgs, device: &Device) -> Result<()> {
         }
         messages.push(json!({"role": "user", "content": line}));
         let prompt = chat_prompt(&template, &tokenizer, &Value::Array(messages.clone()))?;
-        let out = stream(lm, &tokenizer, prompt, &cfg)?;
+        let turn = with_stop_strings(&cfg, &args.sampling, &tokenizer, &prompt)?;
+        let out = stream(lm, &tokenizer, prompt, &turn)?;
         let answer = tokenizer.decode(&out.tokens[0])?;
         messages.push(json!({"role": "assistant", "content": answer}));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_read_escapes_as_a_shell_user_means_them() {
+        assert_eq!(unescape("\\n\\n"), "\n\n");
+        assert_eq!(unescape("a\\tb\\\\c\\q\\"), "a\tb\\c\\q\\");
+        assert_eq!(unescape("plain"), "plain");
+    }
 }

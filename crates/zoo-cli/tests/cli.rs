@@ -514,6 +514,63 @@ fn generate_prints_python_s_decode_of_the_whole_sequence() {
 }
 
 #[test]
+fn generate_ends_at_a_stop_string() {
+    let device = test_device();
+    let dir = fixture("zoo-decoder", "llama-tiny");
+    let prompt = "ROMEO: Wherefore art";
+    let tok = LmTokenizer::from_pretrained(&dir).unwrap();
+    let model = DecoderLm::from_pretrained(&dir, &device).unwrap();
+    let ids = tok.encode(prompt).unwrap();
+    let cfg = GenerationConfig::greedy(8).with_stop_tokens(vec![2]);
+    let greedy = generate(&model, std::slice::from_ref(&ids), &cfg, |_, _| {})
+        .unwrap()
+        .tokens[0]
+        .clone();
+    // The stop string is the text of new tokens 2 to 4; generation ends with the token
+    // that completes it, which stays in the output.
+    let text = |n: usize| tok.continuation(&ids, &greedy[..n]).unwrap();
+    let stop = text(4)[text(2).len()..].to_string();
+    let k = (1..=8).find(|&n| text(n).contains(&stop)).unwrap();
+    let d = dir.to_str().unwrap();
+    let run = ok(&[
+        "generate",
+        "--model",
+        d,
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        "8",
+        "--stop",
+        &stop,
+    ]);
+    assert_eq!(
+        run.stdout,
+        format!("{prompt}{}\n", text(k)),
+        "stop {stop:?}"
+    );
+    assert!(
+        run.stderr.contains(&format!("[{k} new tokens in ")),
+        "{}",
+        run.stderr
+    );
+    // min-p 1 keeps the most likely token alone: sampling gives the greedy text.
+    let run = ok(&[
+        "generate",
+        "--model",
+        d,
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "1",
+        "--min-p",
+        "1",
+    ]);
+    assert_eq!(run.stdout, format!("{prompt}{}\n", text(8)));
+}
+
+#[test]
 fn generate_streams_the_library_s_greedy_text() {
     let device = test_device();
     for name in [
@@ -975,6 +1032,14 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "generate --model {gpt2} --prompt hi --num-beams 2 --repetition-penalty 1.2",
             "beam search takes no --repetition-penalty; use --num-beams 1 to sample",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --num-beams 2 --stop x",
+            "beam search takes no --stop; use --num-beams 1 to sample",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --min-p 2",
+            "min_p must be in [0, 1], got 2",
         ),
         (
             "translate --model {gpt2} --text hi",

@@ -1,12 +1,16 @@
 //! Text generation written once for every model that implements [`CausalLm`]: greedy
-//! decoding and sampling (temperature, top-k, top-p), a repetition penalty, stop tokens,
-//! batched prompts of unequal length, and a KV cache (on by default).
+//! decoding and sampling (temperature, top-k, top-p, min-p), a repetition penalty, stop
+//! tokens, batched prompts of unequal length, and a KV cache (on by default). Two kinds of
+//! hook take a user's own rules without a change here: [`LogitsProcessor`]s change each
+//! row's logits before a token is picked, and [`StoppingCriterion`]s end a row (a stop
+//! string, a budget of its own).
 //!
 //! Prompts are left-padded to the longest; padding keys are masked and each row's
 //! positions start at its first real token, so a batched prompt decodes as it would alone.
 //! Every id and position is built and checked on the host; the loop reads back from the
 //! device only the logits it samples from.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -14,6 +18,45 @@ use rand::{Rng, SeedableRng};
 use crate::error::CoreError;
 use crate::model::{CausalLm, DecodeStep};
 use crate::tokens::TokenLimits;
+
+/// A rule that changes one row's next-token logits before a token is picked, as
+/// `transformers`' `LogitsProcessor`: it runs after the repetition penalty and before the
+/// temperature, top-k, top-p and min-p.
+pub trait LogitsProcessor: Send + Sync + std::fmt::Debug {
+    /// Changes `logits` (one per vocabulary entry) of a row whose tokens so far, the
+    /// prompt's included, are `history`.
+    fn process(&self, logits: &mut [f32], history: &[usize]);
+}
+
+/// A rule that ends a row's generation after a token, as `transformers`'
+/// `StoppingCriteria`: a stop string, a budget of its own.
+pub trait StoppingCriterion: Send + Sync + std::fmt::Debug {
+    /// Whether row `row` stops now that it has generated `new_tokens` (the last one
+    /// included, which stays in the output).
+    fn stops(&self, row: usize, new_tokens: &[usize]) -> bool;
+}
+
+/// Hooks of one kind, in order. Two lists are equal when they hold the same hooks.
+#[derive(Debug)]
+pub struct Hooks<T: ?Sized>(pub Vec<Arc<T>>);
+
+impl<T: ?Sized> Clone for Hooks<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<T: ?Sized> Default for Hooks<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T: ?Sized> PartialEq for Hooks<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(&other.0).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
 
 /// How to pick the next tokens.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +70,13 @@ pub struct GenerationConfig {
     /// Keep the smallest set of tokens whose probability reaches `p` (nucleus sampling,
     /// Holtzman et al., 2020).
     pub top_p: Option<f64>,
+    /// Drop the tokens less likely than `min_p` times the most likely one (min-p
+    /// sampling, Nguyen et al., 2024), after top-k and top-p, as `transformers` does.
+    pub min_p: Option<f64>,
+    /// The user's logits processors, in order.
+    pub processors: Hooks<dyn LogitsProcessor>,
+    /// The user's stopping criteria; a row stops when any says so.
+    pub stopping: Hooks<dyn StoppingCriterion>,
     /// Penalty on tokens already in the sequence (Keskar et al., 2019): positive logits
     /// are divided by it, negative ones multiplied. 1 is off.
     pub repetition_penalty: f64,
@@ -48,6 +98,9 @@ impl GenerationConfig {
             temperature: 0.0,
             top_k: None,
             top_p: None,
+            min_p: None,
+            processors: Hooks::default(),
+            stopping: Hooks::default(),
             repetition_penalty: 1.0,
             stop_tokens: Vec::new(),
             seed: 0,
@@ -74,6 +127,24 @@ impl GenerationConfig {
     /// Sets top-p.
     pub fn with_top_p(mut self, p: f64) -> Self {
         self.top_p = Some(p);
+        self
+    }
+
+    /// Sets min-p.
+    pub fn with_min_p(mut self, p: f64) -> Self {
+        self.min_p = Some(p);
+        self
+    }
+
+    /// Adds a logits processor after those already set.
+    pub fn with_processor(mut self, processor: Arc<dyn LogitsProcessor>) -> Self {
+        self.processors.0.push(processor);
+        self
+    }
+
+    /// Adds a stopping criterion.
+    pub fn with_stopping(mut self, criterion: Arc<dyn StoppingCriterion>) -> Self {
+        self.stopping.0.push(criterion);
         self
     }
 
@@ -112,6 +183,9 @@ impl GenerationConfig {
         }
         if let Some(p) = self.top_p.filter(|p| p.is_nan() || *p <= 0.0 || *p > 1.0) {
             return bad(format!("top_p must be in (0, 1], got {p}"));
+        }
+        if let Some(p) = self.min_p.filter(|p| p.is_nan() || *p < 0.0 || *p > 1.0) {
+            return bad(format!("min_p must be in [0, 1], got {p}"));
         }
         if self.repetition_penalty.is_nan() || self.repetition_penalty <= 0.0 {
             return bad(format!(
@@ -168,8 +242,9 @@ fn argmax(v: &[f32]) -> usize {
 }
 
 /// The distribution that sampling draws from for one row of logits, after the repetition
-/// penalty, the temperature, top-k and top-p: `(token, probability)` pairs, most likely
-/// first, summing to 1. Greedy settings (temperature 0) give the argmax with probability 1.
+/// penalty, the user's processors, the temperature, top-k, top-p and min-p: `(token,
+/// probability)` pairs, most likely first, summing to 1. Greedy settings (temperature 0)
+/// give the argmax with probability 1.
 pub fn next_token_distribution(
     logits: &[f32],
     history: &[usize],
@@ -177,6 +252,9 @@ pub fn next_token_distribution(
 ) -> Vec<(usize, f64)> {
     let mut l = logits.to_vec();
     apply_repetition_penalty(&mut l, history, cfg.repetition_penalty);
+    for p in &cfg.processors.0 {
+        p.process(&mut l, history);
+    }
     if cfg.temperature == 0.0 {
         return vec![(argmax(&l), 1.0)];
     }
@@ -202,6 +280,15 @@ pub fn next_token_distribution(
                 break;
             }
         }
+        order.truncate(keep);
+        probs.truncate(keep);
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+    }
+    if let Some(min_p) = cfg.min_p {
+        // The most likely token always stays; renormalising keeps the ratios.
+        let floor = min_p * probs[0];
+        let keep = probs.iter().take_while(|p| **p >= floor).count().max(1);
         order.truncate(keep);
         probs.truncate(keep);
         let total: f64 = probs.iter().sum();
@@ -335,7 +422,13 @@ pub fn generate<M: CausalLm>(
             seqs[row].push(tok);
             new_tokens[row].push(tok);
             on_token(row, tok);
-            if cfg.stop_tokens.contains(&tok) {
+            if cfg.stop_tokens.contains(&tok)
+                || cfg
+                    .stopping
+                    .0
+                    .iter()
+                    .any(|c| c.stops(row, &new_tokens[row]))
+            {
                 stopped[row] = true;
             }
         }
@@ -413,6 +506,76 @@ mod tests {
             max_len: 16,
             steps: Default::default(),
         }
+    }
+
+    /// Bans one token, as a user's processor would.
+    #[derive(Debug)]
+    struct Ban(usize);
+
+    impl LogitsProcessor for Ban {
+        fn process(&self, logits: &mut [f32], _history: &[usize]) {
+            logits[self.0] = f32::NEG_INFINITY;
+        }
+    }
+
+    /// Stops a row once it has `n` new tokens.
+    #[derive(Debug)]
+    struct Budget(usize);
+
+    impl StoppingCriterion for Budget {
+        fn stops(&self, _row: usize, new_tokens: &[usize]) -> bool {
+            new_tokens.len() >= self.0
+        }
+    }
+
+    #[test]
+    fn min_p_keeps_the_tokens_near_the_most_likely_one() {
+        // Softmax of [ln 8, ln 4, ln 2, ln 1] at temperature 1: 8/15, 4/15, 2/15, 1/15.
+        let logits = [8f32.ln(), 4f32.ln(), 2f32.ln(), 0.0];
+        let cfg = GenerationConfig::sampling(1, 1.0, 0).with_min_p(0.2);
+        // The floor 0.2 x 8/15 lies between 2/15 and 1/15: the first three stay,
+        // renormalised over 14/15.
+        let d = next_token_distribution(&logits, &[], &cfg);
+        let want = [(0, 8.0 / 14.0), (1, 4.0 / 14.0), (2, 2.0 / 14.0)];
+        assert_eq!(d.len(), 3, "{d:?}");
+        for ((t, p), (wt, wp)) in d.iter().zip(want) {
+            assert_eq!(*t, wt);
+            assert!((p - wp).abs() < 1e-6, "{d:?}");
+        }
+        // min_p 1 keeps the most likely alone; a value past 1 is refused.
+        let one = GenerationConfig::sampling(1, 1.0, 0).with_min_p(1.0);
+        assert_eq!(next_token_distribution(&logits, &[], &one), [(0, 1.0)]);
+        let e = GenerationConfig::sampling(1, 1.0, 0)
+            .with_min_p(1.5)
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "generation: min_p must be in [0, 1], got 1.5"
+        );
+    }
+
+    #[test]
+    fn user_processors_and_stopping_criteria_take_part_in_generation() {
+        let m = cycle(5);
+        // After 1 the model wants 2; with 2 banned, greedy takes the best of the rest
+        // (all tied at 0, so the first: 0), then follows the cycle.
+        let cfg = GenerationConfig::greedy(4).with_processor(Arc::new(Ban(2)));
+        let g = generate(&m, &[vec![1]], &cfg, |_, _| {}).unwrap();
+        assert_eq!(g.tokens, vec![vec![0, 1, 0, 1]]);
+        // A budget of 2 ends each row early, and says so.
+        let cfg = GenerationConfig::greedy(4).with_stopping(Arc::new(Budget(2)));
+        let g = generate(&m, &[vec![1], vec![3]], &cfg, |_, _| {}).unwrap();
+        assert_eq!(g.tokens, vec![vec![2, 3], vec![4, 0]]);
+        assert_eq!(g.stopped, vec![true, true]);
+        // Hooks compare by identity.
+        let ban: Arc<dyn LogitsProcessor> = Arc::new(Ban(2));
+        let a = GenerationConfig::greedy(1).with_processor(ban.clone());
+        assert_eq!(a, GenerationConfig::greedy(1).with_processor(ban));
+        assert_ne!(
+            a,
+            GenerationConfig::greedy(1).with_processor(Arc::new(Ban(2)))
+        );
     }
 
     #[test]

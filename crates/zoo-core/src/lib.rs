@@ -33,7 +33,9 @@ pub use batch::{CausalLmBatch, ClassificationBatch, Seq2SeqBatch};
 pub use beam::{BeamConfig, BeamOutput, EarlyStopping, beam_search};
 pub use checkpoint::{CheckpointError, KeyMap, TensorReport, WeightsFile};
 pub use error::{CoreError, ModelError};
-pub use generate::{Generation, GenerationConfig, generate};
+pub use generate::{
+    Generation, GenerationConfig, Hooks, LogitsProcessor, StoppingCriterion, generate,
+};
 pub use model::{
     CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits, kept_rows,
 };

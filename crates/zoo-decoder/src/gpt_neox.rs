@@ -186,17 +186,12 @@ mod tests {
     use super::*;
 
     fn config(extra: Value) -> Result<DecoderConfig> {
-        let mut json = serde_json::json!({
+        let base = serde_json::json!({
             "model_type": "gpt_neox", "vocab_size": 50, "hidden_size": 32,
             "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
             "max_position_embeddings": 16,
         });
-        for (k, v) in extra.as_object().unwrap() {
-            json[k] = v.clone();
-        }
-        serde_json::from_value::<GptNeoXConfig>(json)
-            .unwrap()
-            .decoder()
+        crate::hf::decoder_of::<GptNeoXConfig>(base, extra)
     }
 
     #[test]

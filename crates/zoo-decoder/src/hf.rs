@@ -270,6 +270,21 @@ pub struct SpecialTokens {
     pub eos_token_id: Option<TokenIds>,
 }
 
+/// The decoder of a `T` config read from `base` with `extra`'s fields set over it: what
+/// each architecture's tests build their cases from.
+#[cfg(test)]
+pub(crate) fn decoder_of<T: DecoderSpec + serde::de::DeserializeOwned>(
+    mut base: Value,
+    extra: Value,
+) -> Result<DecoderConfig> {
+    for (k, v) in extra.as_object().expect("extra fields are an object") {
+        base[k] = v.clone();
+    }
+    serde_json::from_value::<T>(base)
+        .expect("a test config parses")
+        .decoder()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,17 +124,12 @@ mod tests {
     use super::*;
 
     fn config(extra: Value) -> Result<DecoderConfig> {
-        let mut json = serde_json::json!({
+        let base = serde_json::json!({
             "model_type": "phi3", "vocab_size": 50, "hidden_size": 32,
             "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 4,
             "num_key_value_heads": 2, "max_position_embeddings": 16, "rope_theta": 300.0,
         });
-        for (k, v) in extra.as_object().unwrap() {
-            json[k] = v.clone();
-        }
-        serde_json::from_value::<Phi3Config>(json)
-            .unwrap()
-            .decoder()
+        crate::hf::decoder_of::<Phi3Config>(base, extra)
     }
 
     #[test]

@@ -105,18 +105,13 @@ mod tests {
     use super::*;
 
     fn config(extra: Value) -> Result<DecoderConfig> {
-        let mut json = serde_json::json!({
+        let base = serde_json::json!({
             "model_type": "qwen3", "vocab_size": 50, "hidden_size": 32,
             "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4,
             "num_key_value_heads": 2, "head_dim": 12, "max_position_embeddings": 16,
             "tie_word_embeddings": true,
         });
-        for (k, v) in extra.as_object().unwrap() {
-            json[k] = v.clone();
-        }
-        serde_json::from_value::<Qwen3Config>(json)
-            .unwrap()
-            .decoder()
+        crate::hf::decoder_of::<Qwen3Config>(base, extra)
     }
 
     #[test]

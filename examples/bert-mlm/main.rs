@@ -28,7 +28,7 @@ use zoo_encoder::{
 use zoo_examples::{
     Error, device_or_exit, exit_on_error, globe, or_exit_on_earlier_run, require_positive,
 };
-use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
+use zoo_train::{CausalLmTask, TrainConfig, fit};
 
 #[derive(Parser, Debug)]
 #[command(about = "Pretrain a small BERT by masked LM on Shakespeare, then fill masks")]
@@ -277,7 +277,7 @@ fn run(args: Args) -> Result<(), Error> {
             CausalLmBatcher::new(tok.pad_id() as usize),
             &cfg,
             std::slice::from_ref(&device),
-            FitOptions::printing(),
+            zoo_examples::printing(),
         )
         .map_err(Error::from),
         "--overwrite replaces it, --artifacts chooses another folder",

@@ -20,7 +20,7 @@ use zoo_examples::digits::{DigitsSettings, attention_png, evaluate, split, train
 use zoo_examples::{
     Error, device_or_exit, exit_on_error, or_exit_on_earlier_run, require_positive,
 };
-use zoo_train::{Distillation, FitOptions};
+use zoo_train::Distillation;
 use zoo_vision::Pooling;
 
 #[derive(Parser, Debug)]
@@ -168,7 +168,7 @@ fn run(args: Args) -> Result<(), Error> {
             &test,
             cnn.as_ref(),
             &device,
-            FitOptions::printing(),
+            zoo_examples::printing(),
         ),
         "--overwrite replaces it, --artifacts chooses another folder",
     )?;

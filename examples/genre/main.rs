@@ -25,7 +25,7 @@ use zoo_encoder::{
 use zoo_examples::{
     Error, device_or_exit, exit_on_error, globe, or_exit_on_earlier_run, require_positive,
 };
-use zoo_train::{ClassificationTask, FitOptions, TrainConfig, fit};
+use zoo_train::{ClassificationTask, TrainConfig, fit};
 
 #[derive(Parser, Debug)]
 #[command(about = "Classify Shakespeare passages as comedy, tragedy or history")]
@@ -205,7 +205,7 @@ fn run(args: Args) -> Result<(), Error> {
             batcher.clone(),
             &cfg,
             std::slice::from_ref(&device),
-            FitOptions::printing(),
+            zoo_examples::printing(),
         )
         .map_err(Error::from),
         "--overwrite replaces it, --artifacts chooses another folder",

@@ -117,7 +117,7 @@ fn run(args: Args) -> Result<(), Error> {
         std::slice::from_ref(&device),
         FitOptions {
             resume: args.resume,
-            ..FitOptions::printing()
+            ..zoo_examples::printing()
         },
     )
     .map_err(Error::from);

@@ -67,6 +67,15 @@ pub fn or_exit_on_earlier_run<T>(result: Result<T, Error>, flags: &str) -> Resul
     }
 }
 
+/// The learner's options of the examples: each split's report printed on standard
+/// output, one line each.
+pub fn printing() -> zoo_train::FitOptions {
+    zoo_train::FitOptions {
+        report: Some(Box::new(|r| println!("{r}"))),
+        ..zoo_train::FitOptions::default()
+    }
+}
+
 /// Ends an example: on an error, prints it as `error: <message>` and exits with status 1.
 pub fn exit_on_error(result: Result<(), Error>) {
     if let Err(e) = result {

@@ -91,17 +91,6 @@ pub struct FitOptions {
 /// A callback that receives each split's metrics.
 pub type ReportSink = Box<dyn FnMut(&SplitReport) + Send + Sync>;
 
-impl FitOptions {
-    /// Options that print each split's report on standard output, one line each, as the
-    /// example programs show progress.
-    pub fn printing() -> Self {
-        Self {
-            report: Some(Box::new(|r| println!("{r}"))),
-            ..Self::default()
-        }
-    }
-}
-
 /// What [`fit`] returns.
 #[derive(Debug)]
 pub struct FitResult<T> {

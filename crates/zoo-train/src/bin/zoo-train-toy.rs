@@ -81,7 +81,8 @@ fn main() {
     let model = Mlp::new(16, 64, 4, &device.clone().autodiff());
     let options = FitOptions {
         resume,
-        ..FitOptions::printing()
+        report: Some(Box::new(|r| println!("{r}"))),
+        ..FitOptions::default()
     };
     let start = zoo_train::last_complete_checkpoint(std::path::Path::new(dir)).filter(|_| resume);
     println!("starting after checkpoint {start:?}");

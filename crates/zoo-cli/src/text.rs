@@ -243,15 +243,16 @@ fn stream(
     }
     outln!("{}", stream.finish()?);
     let n = out.tokens.first().map_or(0, Vec::len);
+    let last = out.tokens.first().and_then(|t| t.last());
+    let why = match (out.stopped.first() == Some(&true), last) {
+        (false, _) => "",
+        (true, Some(t)) if cfg.stop_tokens.contains(t) => ", stopped at the end-of-text token",
+        (true, _) => ", stopped at a stop string",
+    };
     eprintln!(
-        "[{n} new tokens in {:.2} s, {:.1} tokens/s{}]",
+        "[{n} new tokens in {:.2} s, {:.1} tokens/s{why}]",
         out.elapsed.as_secs_f64(),
         out.tokens_per_second(),
-        if out.stopped.first() == Some(&true) {
-            ", stopped at the end-of-text token"
-        } else {
-            ""
-        }
     );
     Ok(out)
 }

@@ -549,7 +549,8 @@ fn generate_ends_at_a_stop_string() {
         "stop {stop:?}"
     );
     assert!(
-        run.stderr.contains(&format!("[{k} new tokens in ")),
+        run.stderr.contains(&format!("[{k} new tokens in "))
+            && run.stderr.contains("stopped at a stop string"),
         "{}",
         run.stderr
     );

@@ -72,3 +72,59 @@ pub(crate) fn check_shape(
         })
     }
 }
+
+/// Declares a model family's error enum with the variants every family shares, then the
+/// family's own, the crate's `Result`, and the conversion into [`zoo_core::ModelError`]
+/// that the registry's traits return. `$family` names the family in a config error
+/// (`invalid decoder config: hidden_size must be > 0, got 0`).
+///
+/// A family's own variants cannot be `#[error(transparent)]`: thiserror does not take
+/// that keyword from tokens passed through a `macro_rules!` (it reads it as a value), so
+/// a wrapped error of the family's own is shown with `#[error("{0}")]`, which prints the
+/// same text.
+///
+/// The shared variants: `Config` (a value that cannot work, or a `config.json` that does
+/// not parse), `Tokens` (ids that are empty, too long or outside the vocabulary), `Input`
+/// (an input that does not fit the model), `Checkpoint` (a checkpoint that cannot be
+/// read, written, or does not fit the model) and `Attention` (the attention core).
+#[macro_export]
+macro_rules! family_error {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident($family:literal) {
+            $($own:tt)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+        #[non_exhaustive]
+        pub enum $name {
+            /// A configuration value that cannot work, or a `config.json` that does not
+            /// parse.
+            #[error("invalid {family} config: {0}", family = $family)]
+            Config(#[from] zoo_core::ConfigError),
+            /// Token ids the model cannot take: empty, too long, or outside the vocabulary.
+            #[error(transparent)]
+            Tokens(#[from] zoo_core::TokenError),
+            /// An input that does not fit the model.
+            #[error("{0}")]
+            Input(String),
+            /// A checkpoint that cannot be read, written, or does not fit the model.
+            #[error(transparent)]
+            Checkpoint(#[from] zoo_core::CheckpointError),
+            /// An error from the attention core.
+            #[error(transparent)]
+            Attention(#[from] $crate::AttentionError),
+            $($own)*
+        }
+
+        /// Shorthand for results of this crate.
+        pub type Result<T, E = $name> = std::result::Result<T, E>;
+
+        impl From<$name> for zoo_core::ModelError {
+            fn from(e: $name) -> Self {
+                zoo_core::ModelError::new(e)
+            }
+        }
+    };
+}

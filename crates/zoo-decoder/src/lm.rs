@@ -9,12 +9,6 @@ use zoo_core::{CausalLm, DecodeStep, ModelError, TokenLogits};
 use crate::error::DecoderError;
 use crate::model::{DecoderCache, DecoderInput, DecoderLm};
 
-impl From<DecoderError> for ModelError {
-    fn from(e: DecoderError) -> Self {
-        ModelError::new(e)
-    }
-}
-
 impl TokenLogits for DecoderLm {
     /// Causal: a real position never sees a later one, so right padding needs no mask;
     /// the padding mask is still applied to the keys, which changes nothing for real

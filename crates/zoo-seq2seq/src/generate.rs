@@ -16,12 +16,6 @@ use zoo_core::{
 use crate::error::{Result, Seq2SeqError};
 use crate::model::{DecodeInput, EncoderDecoder, Memory, Source};
 
-impl From<Seq2SeqError> for ModelError {
-    fn from(e: Seq2SeqError) -> Self {
-        ModelError::new(e)
-    }
-}
-
 /// Teacher-forced logits for `zoo-train`'s sequence-to-sequence task.
 fn seq2seq_logits<M: EncoderDecoder>(
     model: &M,

@@ -99,7 +99,7 @@ fn run(args: Args) -> Result<(), Error> {
     s.device = args.device.clone();
     s.overwrite = args.overwrite;
     let d = data(s.seed)?;
-    let (vocab, train_set, valid, test) = (d.vocab, d.train, d.valid, d.test);
+    let (vocab, train_set, valid, test) = (&d.vocab, &d.train, &d.valid, &d.test);
     println!(
         "CMUdict: {} train, {} validation ({} read each epoch), {} test words (split by word, \
          seed {}); {} phonemes",
@@ -115,14 +115,7 @@ fn run(args: Args) -> Result<(), Error> {
         s.layers, s.layers, s.d_model, s.heads, s.d_ff, s.batch, s.lr, s.epochs
     );
     let (model, epochs) = or_exit_on_earlier_run(
-        train(
-            &s,
-            &vocab,
-            &train_set,
-            &valid,
-            &device,
-            FitOptions::default(),
-        ),
+        train(&s, &d, &device, FitOptions::default()),
         "--overwrite replaces it",
     )?;
     for (i, e) in epochs.iter().enumerate() {
@@ -135,8 +128,8 @@ fn run(args: Args) -> Result<(), Error> {
     }
     let trained = started.elapsed();
     let words: Vec<String> = test.iter().map(|e| e.word.clone()).collect();
-    let predictions = predict(&model, &vocab, &words, 512)?;
-    let (wer, per) = score(&test, &predictions);
+    let predictions = predict(&model, vocab, &words, 512)?;
+    let (wer, per) = score(test, &predictions);
     println!(
         "test ({} words, greedy): WER {wer:.1}%, PER {per:.2}% (trained in {:.0} s, scored in {:.0} s)",
         test.len(),
@@ -155,8 +148,8 @@ fn run(args: Args) -> Result<(), Error> {
     }
     let known: std::collections::HashSet<&str> = train_set
         .iter()
-        .chain(&valid)
-        .chain(&test)
+        .chain(valid)
+        .chain(test)
         .map(|e| e.word.as_str())
         .collect();
     let new: Vec<String> = NEW_WORDS
@@ -165,13 +158,13 @@ fn run(args: Args) -> Result<(), Error> {
         .map(|w| w.to_string())
         .collect();
     println!("words the dictionary does not have:");
-    for (w, p) in new.iter().zip(predict(&model, &vocab, &new, 16)?) {
+    for (w, p) in new.iter().zip(predict(&model, vocab, &new, 16)?) {
         println!("  {w:<14} {}", p.join(" "));
     }
     std::fs::create_dir_all(&args.artifacts)?;
     let png = alignment_png(
         &model,
-        &vocab,
+        vocab,
         "transformers",
         &args.artifacts.join("alignment.png"),
     )?;

@@ -215,19 +215,18 @@ impl G2pSettings {
     }
 }
 
-/// Trains the model on `train`, with the teacher-forced loss on the first
-/// `valid_words` of `valid` after each epoch.
+/// Trains the model on the data's training words, with the teacher-forced loss on the
+/// first `valid_words` of its validation words after each epoch.
 ///
 /// # Errors
 /// A configuration the model or the learner rejects.
 pub fn train(
     s: &G2pSettings,
-    vocab: &G2pVocab,
-    train: &[Entry],
-    valid: &[Entry],
+    data: &G2pData,
     device: &Device,
     options: FitOptions,
 ) -> Result<(MarianMtModel, Vec<RoundMetrics>), Error> {
+    let (vocab, train, valid) = (&data.vocab, &data.train[..], &data.valid[..]);
     let train = match s.train_words {
         Some(n) => &train[..n.min(train.len())],
         None => train,

@@ -276,20 +276,10 @@ pub fn write_outputs(path: &Path, outputs: &[Named]) -> Result<()> {
 /// # Errors
 /// A file that cannot be written.
 pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let io = |e: std::io::Error| CliError::File {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| CliError::File {
-            path: path.to_path_buf(),
-            message: "not a file name".into(),
-        })?
-        .to_string_lossy();
-    let partial = path.with_file_name(format!(".{name}.partial"));
-    std::fs::write(&partial, text).map_err(io)?;
-    std::fs::rename(&partial, path).map_err(io)
+    zoo_core::durable::write_atomic(path, text.as_bytes()).map_err(|e| CliError::File {
+        path: e.path,
+        message: e.source.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::CoreError;
-use crate::generate::check_ids;
+use crate::generate::{check_ids, read_logits};
 use crate::model::{CausalLm, DecodeStep};
 
 /// When a prompt's search is over (HF's `early_stopping`).
@@ -247,18 +247,7 @@ pub fn beam_search<M: CausalLm>(
         };
         let logits = model.next_logits(step, cache.as_mut())?;
         fed = cur_len;
-        let [rows, v] = logits.dims();
-        if rows != b * k {
-            return Err(CoreError::Generation(format!(
-                "the model returned logits for {rows} rows, expected {}",
-                b * k
-            )));
-        }
-        let all = logits
-            .into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .map_err(|e| CoreError::Generation(format!("cannot read logits: {e:?}")))?;
+        let (all, v) = read_logits(logits, b * k, cur_len)?;
         let last_step = cur_len + 1 >= max_length;
         let mut next_rows = Vec::with_capacity(b * k);
         let mut next_tokens = Vec::with_capacity(b * k);

@@ -231,6 +231,40 @@ pub fn apply_repetition_penalty(logits: &mut [f32], history: &[usize], penalty: 
     }
 }
 
+/// One decoding step's logits, `[rows, vocab]`, read back to the host as `rows` rows of
+/// `vocab` floats, with the vocabulary size.
+///
+/// # Errors
+/// Another number of rows than `rows`, or a NaN, named by the sequence `position` it
+/// would fill, its row and token id: a greedy argmax or a sort would otherwise pick a
+/// token from garbage without a word.
+pub(crate) fn read_logits(
+    logits: burn::tensor::Tensor<2>,
+    rows: usize,
+    position: usize,
+) -> Result<(Vec<f32>, usize), CoreError> {
+    let [got, v] = logits.dims();
+    if got != rows {
+        return Err(CoreError::Generation(format!(
+            "the model returned logits for {got} rows, expected {rows}"
+        )));
+    }
+    let all = logits
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| CoreError::Generation(format!("cannot read logits: {e:?}")))?;
+    if let Some(i) = all.iter().position(|x| x.is_nan()) {
+        return Err(CoreError::Generation(format!(
+            "the model's logits for position {position} are NaN (row {}, token id {}): \
+             its weights or inputs hold non-finite values",
+            i / v.max(1),
+            i % v.max(1)
+        )));
+    }
+    Ok((all, v))
+}
+
 fn argmax(v: &[f32]) -> usize {
     let mut best = 0;
     for (i, x) in v.iter().enumerate() {
@@ -401,17 +435,7 @@ pub fn generate<M: CausalLm>(
         let from = if cache.is_some() { fed } else { 0 };
         let logits = model.next_logits(step_input(&seqs, from, len), cache.as_mut())?;
         fed = len;
-        let [rows, v] = logits.dims();
-        if rows != b {
-            return Err(CoreError::Generation(format!(
-                "the model returned logits for {rows} rows, expected {b}"
-            )));
-        }
-        let last = logits
-            .into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .map_err(|e| CoreError::Generation(format!("cannot read logits: {e:?}")))?;
+        let (last, v) = read_logits(logits, b, len)?;
         for row in 0..b {
             if stopped[row] {
                 seqs[row].push(cfg.pad_id);
@@ -602,6 +626,34 @@ mod tests {
         assert_eq!(
             steps[1].key_padding,
             vec![vec![false, false, false], vec![true, false, false]]
+        );
+    }
+
+    /// Logits with a NaN (weights gone bad) stop greedy decoding, sampling and beam search
+    /// with an error that names the position, the row and the token, instead of a token
+    /// picked from garbage (a greedy argmax over NaN gave token 0).
+    #[test]
+    fn nan_logits_are_an_error_naming_the_position() {
+        let mut m = cycle(5);
+        m.table[2][3] = f32::NAN; // after token 2
+        let want = "the model's logits for position 3 are NaN (row 0, token id 3): its \
+                    weights or inputs hold non-finite values";
+        for cfg in [
+            GenerationConfig::greedy(4),
+            GenerationConfig::sampling(4, 1.0, 7).with_top_k(1),
+        ] {
+            let e = generate(&m, &[vec![0]], &cfg, |_, _| {}).unwrap_err();
+            assert_eq!(e.to_string(), format!("generation: {want}"));
+        }
+        let beam = crate::BeamConfig::new(2, 4).with_cache(false);
+        let e = crate::beam_search(&m, &[vec![0]], &beam).unwrap_err();
+        assert!(e.to_string().contains("for position 3 are NaN"), "{e}");
+        // Tokens before it were decoded: the error comes at the step that meets it.
+        assert_eq!(
+            generate(&m, &[vec![0]], &GenerationConfig::greedy(2), |_, _| {})
+                .unwrap()
+                .tokens,
+            vec![vec![1, 2]]
         );
     }
 

@@ -136,36 +136,21 @@ pub fn default_id2label(n: usize) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Writes `dir/config.json`: `config` serialized, with HF's `model_type` and
-/// `architectures` set. The file is written beside its final name and renamed, so a
-/// crash leaves the old file or none, never half of one.
+/// `config` serialized as `config.json`'s text, with HF's `model_type` and
+/// `architectures` set.
 ///
 /// # Errors
-/// A folder that cannot be written, or a config that does not serialize to an object.
-pub fn write_config<T: serde::Serialize>(
-    dir: &Path,
+/// A config that does not serialize to a JSON object, in words.
+pub fn config_text<T: serde::Serialize>(
     config: &T,
     model_type: &str,
     architecture: &str,
-) -> Result<(), CheckpointError> {
-    let path = dir.join("config.json");
-    let bad = |message: String| CheckpointError::Config {
-        path: path.clone(),
-        message,
-    };
-    let io = |p: &Path, e: std::io::Error| CheckpointError::Io {
-        path: p.to_path_buf(),
-        message: e.to_string(),
-    };
-    let mut json = serde_json::to_value(config).map_err(|e| bad(e.to_string()))?;
+) -> Result<String, String> {
+    let mut json = serde_json::to_value(config).map_err(|e| e.to_string())?;
     let obj = json
         .as_object_mut()
-        .ok_or_else(|| bad("the config is not a JSON object".into()))?;
+        .ok_or("the config is not a JSON object")?;
     obj.insert("model_type".into(), model_type.into());
     obj.insert("architectures".into(), vec![architecture].into());
-    let text = serde_json::to_string_pretty(&json).map_err(|e| bad(e.to_string()))?;
-    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    let partial = dir.join(".config.json.partial");
-    std::fs::write(&partial, text).map_err(|e| io(&partial, e))?;
-    std::fs::rename(&partial, &path).map_err(|e| io(&path, e))
+    serde_json::to_string_pretty(&json).map_err(|e| e.to_string())
 }

@@ -50,6 +50,22 @@ pub enum CheckpointError {
     },
 }
 
+impl CheckpointError {
+    /// A file or folder that cannot be read or written, with what the system said.
+    pub fn io(path: &std::path::Path, error: impl fmt::Display) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl From<crate::durable::FileError> for CheckpointError {
+    fn from(e: crate::durable::FileError) -> Self {
+        Self::io(&e.path, e.source)
+    }
+}
+
 /// Every tensor of a checkpoint that does not fit a model, found in one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TensorReport {

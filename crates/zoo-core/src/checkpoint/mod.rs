@@ -16,8 +16,9 @@
 //!   `Linear` weights, except those a family stores `[in, out]` already, and renames norm
 //!   parameters), then one report of *every* missing,
 //!   unexpected and mis-shaped tensor, by name and shape ([`TensorReport`]);
-//! - [`save_safetensors`]: the same mapping backwards, written atomically;
-//! - [`write_config`] and [`class_names`]: `config.json` with HF's `model_type`,
+//! - [`save_safetensors`] and [`save_pretrained`]: the same mapping backwards, the
+//!   weights and `config.json` written whole or not at all ([`crate::durable`]);
+//! - [`config_text`] and [`class_names`]: `config.json` with HF's `model_type`,
 //!   `architectures` and `id2label`.
 //!
 //! Module paths never name an enum's variant (a `Norm::LayerNorm` inside a block is

@@ -235,3 +235,47 @@ fn the_misfit_report_lists_every_tensor() {
          mis-shaped: wte.weight: the model has [32, 16], the file [30, 16]"
     );
 }
+
+/// A full disk while `config.json` is written (its temporary name points at `/dev/full`,
+/// whose every write fails with ENOSPC): the error names the file, the old weights and
+/// config are both left as they were (the weights are renamed into place only once both
+/// files are written), and no temporary file remains.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_during_save_pretrained_leaves_the_old_checkpoint_whole() {
+    use burn::nn::{Linear, LinearConfig};
+    let device = zoo_device::test_device();
+    let dir = scratch("full-disk");
+    let map = KeyMap::new();
+    let config = |version: u32| serde_json::json!({ "version": version });
+    let old: Linear = LinearConfig::new(3, 2).init(&device);
+    save_pretrained(&old, &dir, &map, &config(1), "toy", "Toy").unwrap();
+    let files = ["model.safetensors", "config.json"].map(|f| dir.join(f));
+    let before = files.clone().map(|f| std::fs::read(f).unwrap());
+
+    let config_partial = crate::durable::partial_path(&files[1]);
+    std::os::unix::fs::symlink("/dev/full", &config_partial).unwrap();
+    let new: Linear = LinearConfig::new(3, 2).init(&device);
+    let err = save_pretrained(&new, &dir, &map, &config(2), "toy", "Toy").unwrap_err();
+    assert!(
+        err.to_string().contains(".config.json.partial") && err.to_string().contains("space"),
+        "{err}"
+    );
+    for (file, bytes) in files.iter().zip(&before) {
+        assert_eq!(&std::fs::read(file).unwrap(), bytes, "{}", file.display());
+    }
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["config.json", "model.safetensors"]);
+
+    // With room on the disk, the same save replaces both files.
+    save_pretrained(&new, &dir, &map, &config(2), "toy", "Toy").unwrap();
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&files[1]).unwrap()).unwrap();
+    assert_eq!(written["version"], 2);
+    assert_ne!(std::fs::read(&files[0]).unwrap(), before[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -51,6 +51,18 @@ pub enum TrainError {
         /// The artifact folder.
         dir: PathBuf,
     },
+    /// Another run holds the artifact folder (its `.lock`). Nothing was read or written.
+    #[error(
+        "{} is in use by another run (process {holder}); wait for it to end, or choose \
+         another folder",
+        dir.display()
+    )]
+    Busy {
+        /// The artifact folder.
+        dir: PathBuf,
+        /// What the holder wrote in the lock file: its process id.
+        holder: String,
+    },
     /// burn-train stopped the run on an error (a failed checkpoint write, a data set
     /// error, a metric that could not be computed, a failed worker).
     #[error("training stopped on an error: {0}")]
@@ -78,16 +90,15 @@ pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> T
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file and a rename, so a crash never
-/// leaves a half-written file under the final name.
+/// Writes `bytes` to `path` through a temporary file that is synced to the disk, renamed
+/// over `path`, and its folder synced ([`zoo_core::durable::write_atomic`]), so neither a
+/// crash nor a power cut leaves a half-written file under the final name.
+///
+/// # Errors
+/// A file or folder that cannot be written or synced, named.
 pub fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(bytes).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    zoo_core::durable::write_atomic(path, bytes).map_err(|e| TrainError::Io {
+        path: e.path,
+        source: e.source,
+    })
 }

@@ -25,6 +25,7 @@ use burn::train::{
 use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
 use crate::loader::{PassesDataset, RoundLoader, RoundWindow};
+use crate::lock::{RunLock, lock_run};
 use crate::plot::plot_rounds;
 use crate::render::{Progress, Recorded, ReportRenderer, RoundMetrics, RoundRecorder, SplitReport};
 use crate::schedule::WarmupCosine;
@@ -109,8 +110,9 @@ pub struct FitResult<T> {
     pub plot: Option<PathBuf>,
 }
 
-/// Writes each checkpoint through a temporary file and a rename, so a kill during a
-/// write never leaves a corrupt checkpoint under its final name.
+/// Writes each checkpoint through a temporary file, synced and renamed, then syncs the
+/// folder, so neither a kill nor a power cut during a write leaves a corrupt checkpoint
+/// under its final name.
 pub struct AtomicFileCheckpointer {
     directory: PathBuf,
     name: String,
@@ -138,7 +140,11 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
             .directory
             .join(format!(".{}-{epoch}.bpk.tmp", self.name));
         record.save(tmp.clone())?;
-        std::fs::rename(&tmp, &path).map_err(CheckpointerError::IOError)
+        // Synced, renamed, and the folder synced: after a power cut the checkpoint is
+        // there whole, or the one before is.
+        zoo_core::durable::sync_file(&tmp)
+            .and_then(|()| zoo_core::durable::commit(&[(tmp, path)]))
+            .map_err(|e| CheckpointerError::IOError(e.source))
     }
 
     fn restore(&self, epoch: usize) -> std::result::Result<R, CheckpointerError> {
@@ -346,6 +352,7 @@ where
         start_epoch,
         earlier,
         metrics_csv,
+        lock: _lock, // held until the run returns
     } = start_run(cfg, devices, options.resume, train.len())?;
     let dir = cfg.artifact_dir.clone();
     device.seed(cfg.seed);
@@ -522,6 +529,8 @@ struct RunStart {
     earlier: Vec<RoundMetrics>,
     /// `metrics.csv`.
     metrics_csv: PathBuf,
+    /// The folder's lock, held for the run.
+    lock: RunLock,
 }
 
 /// Prepares the artifact folder: finds what a resumed run continues (and checks that its
@@ -541,6 +550,7 @@ fn start_run(
             dir.display()
         )));
     }
+    let lock = lock_run(&dir)?;
     let start_epoch = if resume {
         last_complete_checkpoint(&dir)
     } else {
@@ -578,6 +588,7 @@ fn start_run(
         start_epoch,
         earlier,
         metrics_csv,
+        lock,
     })
 }
 

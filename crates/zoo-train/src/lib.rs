@@ -88,6 +88,7 @@ pub mod config;
 mod error;
 pub mod fit;
 pub mod loader;
+mod lock;
 pub mod plot;
 pub mod render;
 pub mod schedule;

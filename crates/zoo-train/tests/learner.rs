@@ -351,6 +351,62 @@ fn resume_tolerance() -> f64 {
     }
 }
 
+/// A second run on a folder that a running process trains in stops at once, naming the
+/// holder's process id, and clears nothing, even before the first checkpoint exists
+/// and with `overwrite` set. Killing the holder frees the folder.
+#[test]
+fn a_second_run_on_a_busy_folder_names_the_holder_and_clears_nothing() {
+    let dir = temp_dir("busy");
+    let mut child = toy(&dir)
+        .args(["--epochs", "8", "--items", "6000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let start = Instant::now();
+    while std::fs::read_to_string(dir.join(".lock"))
+        .unwrap_or_default()
+        .trim()
+        != pid
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no lock after 120 s"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended before the second one started: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let device = zoo_device::test_device();
+    let mut cfg = toy_config(1, &dir);
+    cfg.overwrite = true;
+    let run = || {
+        let (train, valid) = (blobs(64, 4, 16, 1, &[]), blobs(32, 4, 16, 2, &[]));
+        fit_blobs(
+            &cfg,
+            train,
+            valid,
+            std::slice::from_ref(&device),
+            FitOptions::default(),
+        )
+    };
+    let second = run();
+    let still_running = child.try_wait().unwrap().is_none();
+    match second {
+        Err(TrainError::Busy { holder, .. }) => assert_eq!(holder, pid),
+        Err(e) => panic!("expected the folder to be busy, got: {e}"),
+        Ok(_) => panic!("a second run trained in a busy folder"),
+    }
+    assert!(still_running, "the first run ended during the check");
+    child.kill().unwrap(); // SIGKILL: the system drops the lock with the process
+    child.wait().unwrap();
+    if let Err(e) = run() {
+        panic!("the folder is still busy after its holder was killed: {e}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn resume_after_sigkill_finishes_the_run_as_if_uninterrupted() {
     kill_and_resume("resume", &["--epochs", "8", "--items", "6000"]);

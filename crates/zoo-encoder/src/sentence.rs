@@ -2,7 +2,7 @@
 //! lists a Transformer (the BERT checkpoint), a Pooling (`1_Pooling/config.json`) and
 //! optionally a Normalize module; [`SentenceEncoder`] runs them in that order.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use burn::tensor::{Bool, Device, Tensor};
 use serde::Deserialize;
@@ -167,6 +167,29 @@ struct ModuleEntry {
     kind: String,
 }
 
+impl ModuleEntry {
+    /// The module's folder: its `path` inside `dir`. A path that leaves the folder, being
+    /// absolute or stepping up through `..`, is refused before anything is read from it,
+    /// as the shard index refuses such shards.
+    fn folder(&self, dir: &Path) -> Result<PathBuf> {
+        let path = Path::new(&self.path);
+        let inside = path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+        if !inside {
+            return Err(CheckpointError::Config {
+                path: dir.join("modules.json"),
+                message: format!(
+                    "module path {:?} is not a folder inside the model's folder",
+                    self.path
+                ),
+            }
+            .into());
+        }
+        Ok(dir.join(path))
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct SentenceBertConfig {
     max_seq_length: Option<usize>,
@@ -216,8 +239,8 @@ impl SentenceEncoder {
         for m in &modules {
             let kind = m.kind.rsplit('.').next().unwrap_or(&m.kind);
             match kind {
-                "Transformer" => transformer = Some(dir.join(&m.path)),
-                "Pooling" => pooling_dir = Some(dir.join(&m.path)),
+                "Transformer" => transformer = Some(m.folder(dir)?),
+                "Pooling" => pooling_dir = Some(m.folder(dir)?),
                 "Normalize" => normalize = true,
                 _ => {
                     return Err(CheckpointError::Config {
@@ -312,6 +335,33 @@ impl SentenceEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Module paths that climb out of the folder are refused, naming the path; the
+    /// paths sentence-transformers writes (the folder itself, `1_Pooling`) are kept.
+    #[test]
+    fn module_paths_outside_the_folder_are_refused() {
+        let dir = Path::new("/models/minilm");
+        let entry = |path: &str| ModuleEntry {
+            path: path.into(),
+            kind: "sentence_transformers.models.Pooling".into(),
+        };
+        for bad in ["../secrets", "1_Pooling/../../x", "/etc", "a/../../b"] {
+            let e = entry(bad).folder(dir).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "/models/minilm/modules.json: module path {bad:?} is not a folder inside \
+                     the model's folder"
+                )
+            );
+        }
+        assert_eq!(entry("").folder(dir).unwrap(), dir);
+        assert_eq!(
+            entry("1_Pooling").folder(dir).unwrap(),
+            dir.join("1_Pooling")
+        );
+        assert_eq!(entry("./2_Dense").folder(dir).unwrap(), dir.join("2_Dense"));
+    }
 
     fn modes(json: &str) -> Result<Vec<Pooling>> {
         serde_json::from_str::<PoolingConfig>(json).unwrap().modes()

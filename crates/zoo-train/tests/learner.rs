@@ -224,6 +224,21 @@ fn the_toy_program_refuses_an_unknown_device() {
     );
 }
 
+/// Waits until `ready`, failing when `child` ends first or after 300 s.
+fn wait_while_running(child: &mut std::process::Child, what: &str, ready: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "no {what} after 300 s"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended before {what}: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Runs the toy with `args` (8 rounds), SIGKILLs it after 2 complete checkpoints,
 /// resumes it to the end, and checks the resumed run against an uninterrupted one.
 fn kill_and_resume(name: &str, args: &[&str]) {
@@ -234,17 +249,9 @@ fn kill_and_resume(name: &str, args: &[&str]) {
         .spawn()
         .unwrap();
     // Wait for two complete checkpoints, then kill without warning.
-    let start = Instant::now();
-    while last_complete_checkpoint(&dir).unwrap_or(0) < 2 {
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "no checkpoints after 300 s"
-        );
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the run ended before it could be killed: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_while_running(&mut child, "two complete checkpoints", || {
+        last_complete_checkpoint(&dir).unwrap_or(0) >= 2
+    });
     child.kill().unwrap(); // SIGKILL on Unix
     child.wait().unwrap();
     let killed_at = last_complete_checkpoint(&dir).unwrap();
@@ -363,21 +370,12 @@ fn a_second_run_on_a_busy_folder_names_the_holder_and_clears_nothing() {
         .spawn()
         .unwrap();
     let pid = child.id().to_string();
-    let start = Instant::now();
-    while std::fs::read_to_string(dir.join(".lock"))
-        .unwrap_or_default()
-        .trim()
-        != pid
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "no lock after 120 s"
-        );
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the run ended before the second one started: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_while_running(&mut child, "its lock", || {
+        std::fs::read_to_string(dir.join(".lock"))
+            .unwrap_or_default()
+            .trim()
+            == pid
+    });
     let device = zoo_device::test_device();
     let mut cfg = toy_config(1, &dir);
     cfg.overwrite = true;

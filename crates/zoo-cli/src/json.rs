@@ -276,8 +276,9 @@ pub fn write_outputs(path: &Path, outputs: &[Named]) -> Result<()> {
 /// # Errors
 /// A file that cannot be written.
 pub fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    // Named by the file the user asked for, not its temporary name.
     zoo_core::durable::write_atomic(path, text.as_bytes()).map_err(|e| CliError::File {
-        path: e.path,
+        path: path.to_path_buf(),
         message: e.source.to_string(),
     })
 }

@@ -13,7 +13,7 @@ use burn::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use burn::tensor::Device;
 use burn::tensor::distributed::{DistributedConfig, ReduceOperation};
-use burn::train::checkpoint::{Checkpoint, Checkpointer, CheckpointerError, KeepLastNCheckpoints};
+use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::metric::store::{Aggregate, Direction, Split};
 use burn::train::metric::{AccuracyMetric, LearningRateMetric, LossMetric, PerplexityMetric};
 use burn::train::renderer::{CliMetricsRenderer, MetricsRenderer, default_renderer};
@@ -22,6 +22,7 @@ use burn::train::{
     MultiDeviceOptim, SequenceOutput, StoppingCondition, SupervisedTraining, TrainStep,
 };
 
+use crate::checkpoint::{AtomicFileCheckpointer, last_complete_checkpoint};
 use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
 use crate::loader::{PassesDataset, RoundLoader, RoundWindow};
@@ -110,56 +111,6 @@ pub struct FitResult<T> {
     pub plot: Option<PathBuf>,
 }
 
-/// Writes each checkpoint through a temporary file, synced and renamed, then syncs the
-/// folder, so neither a kill nor a power cut during a write leaves a corrupt checkpoint
-/// under its final name.
-pub struct AtomicFileCheckpointer {
-    directory: PathBuf,
-    name: String,
-}
-
-impl AtomicFileCheckpointer {
-    /// Checkpoints named `{name}-{epoch}.bpk` in `directory`.
-    pub fn new(directory: &Path, name: &str) -> Self {
-        std::fs::create_dir_all(directory).ok();
-        Self {
-            directory: directory.to_path_buf(),
-            name: name.to_string(),
-        }
-    }
-
-    fn path(&self, epoch: usize) -> PathBuf {
-        self.directory.join(format!("{}-{epoch}.bpk", self.name))
-    }
-}
-
-impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
-    fn save(&self, epoch: usize, record: R) -> std::result::Result<(), CheckpointerError> {
-        let path = self.path(epoch);
-        let tmp = self
-            .directory
-            .join(format!(".{}-{epoch}.bpk.tmp", self.name));
-        record.save(tmp.clone())?;
-        // Synced, renamed, and the folder synced: after a power cut the checkpoint is
-        // there whole, or the one before is.
-        zoo_core::durable::sync_file(&tmp)
-            .and_then(|()| zoo_core::durable::commit(&[(tmp, path)]))
-            .map_err(|e| CheckpointerError::IOError(e.source))
-    }
-
-    fn restore(&self, epoch: usize) -> std::result::Result<R, CheckpointerError> {
-        R::load(self.path(epoch))
-    }
-
-    fn delete(&self, epoch: usize) -> std::result::Result<(), CheckpointerError> {
-        let path = self.path(epoch);
-        if path.exists() {
-            std::fs::remove_file(path).map_err(CheckpointerError::IOError)?;
-        }
-        Ok(())
-    }
-}
-
 /// Refuses to resume the run in `cfg.artifact_dir` when it was started with settings
 /// that would change its batches or schedule (`config.json`) or on another number of
 /// training examples (`stream.json`, on which the order of the batches depends).
@@ -201,27 +152,6 @@ fn check_resume(cfg: &TrainConfig, train_len: usize) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The last epoch whose model, optimiser and scheduler checkpoints all exist.
-pub fn last_complete_checkpoint(artifact_dir: &Path) -> Option<usize> {
-    let dir = artifact_dir.join("checkpoint");
-    let entries = std::fs::read_dir(&dir).ok()?;
-    let epochs = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| {
-            n.strip_prefix("model-")?
-                .strip_suffix(".bpk")?
-                .parse::<usize>()
-                .ok()
-        });
-    epochs
-        .filter(|e| {
-            ["optim", "scheduler"]
-                .iter()
-                .all(|n| dir.join(format!("{n}-{e}.bpk")).exists())
-        })
-        .max()
 }
 
 /// Whether `dir` holds an earlier run: anything in its `checkpoint` folder.

@@ -84,6 +84,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod checkpoint;
 pub mod config;
 mod error;
 pub mod fit;
@@ -94,11 +95,10 @@ pub mod render;
 pub mod schedule;
 pub mod task;
 
+pub use checkpoint::{AtomicFileCheckpointer, last_complete_checkpoint};
 pub use config::{RunLength, RunPlan, Strategy, TrainConfig};
 pub use error::{Result, TrainError, write_atomic};
-pub use fit::{
-    FitOptions, FitResult, Task, fit, fit_datasets, last_complete_checkpoint, read_metrics_table,
-};
+pub use fit::{FitOptions, FitResult, Task, fit, fit_datasets, read_metrics_table};
 pub use render::{Progress, RoundMetrics, SplitReport};
 pub use schedule::WarmupCosine;
 pub use task::{

@@ -340,6 +340,52 @@ fn kill_and_resume(name: &str, args: &[&str]) {
     std::fs::remove_dir_all(whole).ok();
 }
 
+/// A finished run whose last checkpoint is damaged (one byte flipped after it was
+/// written) resumes from the one before, with a warning, and ends as the undamaged run
+/// did: the checksum beside each checkpoint is what tells.
+#[test]
+fn a_damaged_last_checkpoint_resumes_from_the_one_before() {
+    let dir = temp_dir("damaged");
+    let out = toy(&dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let straight = csv_column(&dir.join("metrics.csv"), "valid_loss");
+    assert_eq!(last_complete_checkpoint(&dir), Some(6));
+    let model = dir.join("checkpoint").join("model-6.bpk");
+    let mut bytes = std::fs::read(&model).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&model, bytes).unwrap();
+    assert_eq!(last_complete_checkpoint(&dir), Some(5));
+    let out = toy(&dir).arg("--resume").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("starting after checkpoint Some(5)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("done: 6 epochs"), "{stdout}");
+    assert_eq!(last_complete_checkpoint(&dir), Some(6));
+    let resumed = csv_column(&dir.join("metrics.csv"), "valid_loss");
+    assert_eq!(resumed.len(), 6);
+    let tolerance = resume_tolerance();
+    for (round, (a, b)) in resumed.iter().zip(&straight).enumerate() {
+        assert!(
+            (a - b).abs() <= tolerance * b.abs(),
+            "valid_loss of round {}: resumed {a}, undamaged {b}",
+            round + 1
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
 /// How closely a resumed run's losses must follow an uninterrupted run's, relative.
 ///
 /// The CPU backends and libtorch on the CPU compute the same sums in the same order in
@@ -380,7 +426,7 @@ fn a_second_run_on_a_busy_folder_names_the_holder_and_clears_nothing() {
     let mut cfg = toy_config(1, &dir);
     cfg.overwrite = true;
     let run = || {
-        let (train, valid) = (blobs(64, 4, 16, 1, &[]), blobs(32, 4, 16, 2, &[]));
+        let (train, valid) = (blobs(320, 4, 16, 1, &[]), blobs(32, 4, 16, 2, &[]));
         fit_blobs(
             &cfg,
             train,

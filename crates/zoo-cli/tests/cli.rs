@@ -875,6 +875,11 @@ fn bad_input_is_one_line_naming_the_problem() {
         true,
     );
     folder("no-weights", &|_| {}, false);
+    folder(
+        "huge-vocab",
+        &|c| c["vocab_size"] = 1_000_000_000_000u64.into(),
+        true,
+    );
     let empty = tmp.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let broken = tmp.join("broken");
@@ -1021,6 +1026,14 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "generate --model {gpt2} --prompt hi --num-beams 0",
             "generation: num_beams must be >= 1, got 0",
+        ),
+        (
+            "forward --model {tmp}/huge-vocab --input {tmp}/ids.json --output {tmp}/out.json",
+            "the decoder's weights would need ",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --num-beams 10000000000",
+            "beam search's logits for 1 prompts × 10000000000 beams of 320 tokens would need",
         ),
         (
             "generate --model {gpt2} --prompt hi --num-beams 2 --temperature 0.5",

@@ -193,8 +193,18 @@ pub fn beam_search<M: CausalLm>(
             )));
         }
     }
-    let start = Instant::now();
     let (b, k) = (prompts.len(), cfg.num_beams);
+    // Every step reads back a row of logits per beam: a count of beams past what memory
+    // holds is an error here, not an allocation that aborts the process.
+    let what = format!("beam search's logits for {b} prompts × {k} beams of {vocab} tokens");
+    crate::validate::fits_in_memory(&what, b as f64 * k as f64 * vocab as f64, 4.0)
+        .map_err(|e| CoreError::Generation(e.to_string()))?;
+    let mut cache = if cfg.use_cache {
+        Some(model.new_cache(b * k)?)
+    } else {
+        None
+    };
+    let start = Instant::now();
     let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let pads: Vec<usize> = prompts.iter().map(|p| prompt_len - p.len()).collect();
     let max_length = (prompt_len + cfg.max_new_tokens).min(max_len);
@@ -223,11 +233,6 @@ pub fn beam_search<M: CausalLm>(
         .collect();
     let mut unsatisfied = vec![true; b];
     let keep = 2.max(1 + cfg.stop_tokens.len()) * k;
-    let mut cache = if cfg.use_cache {
-        Some(model.new_cache(b * k)?)
-    } else {
-        None
-    };
     let mut fed = 0;
     let mut cur_len = prompt_len;
     while cur_len < max_length {

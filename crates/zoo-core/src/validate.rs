@@ -203,6 +203,66 @@ pub fn bert_style(
     Ok(())
 }
 
+/// The bytes of memory a model may take on this machine: its memory and swap, as
+/// Linux's `/proc/meminfo` gives them (`MemTotal` + `SwapTotal`); unknown elsewhere.
+pub fn memory_limit() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = |key: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((kib("MemTotal:")? + kib("SwapTotal:").unwrap_or(0)) * 1024)
+}
+
+/// Checks, before anything is allocated, that `values` numbers of `bytes_each` bytes
+/// (`what`: the weights of a model, a cache) can fit in this machine's memory and swap
+/// ([`memory_limit`]). The count is a float, so a product of config values can be
+/// formed without overflowing; a refused size never reaches an allocator, whose
+/// failure would abort the process.
+///
+/// # Errors
+/// A size that exceeds the memory, or is not a finite number, with both in GiB.
+pub fn fits_in_memory(what: &str, values: f64, bytes_each: f64) -> Result {
+    let need = values * bytes_each;
+    let gib = |b: f64| b / f64::from(1u32 << 30);
+    match memory_limit() {
+        _ if !need.is_finite() => Err(ConfigError::conflict(format!(
+            "{what} would need more memory than can be counted"
+        ))),
+        Some(limit) if need > limit as f64 => Err(ConfigError::conflict(format!(
+            "{what} would need {:.1} GiB, more than the {:.1} GiB of memory and swap of \
+             this machine",
+            gib(need),
+            gib(limit as f64)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// [`fits_in_memory`] for a transformer of `layers` layers of width `width` over a
+/// vocabulary (or position table) of `rows`: a lower bound of its f32 weights, the
+/// `rows × width` embeddings and, per layer, the query and output projections and two
+/// feed-forward matrices of `d_ff`. A lower bound, so that no model that fits is
+/// refused; formed in floats, so that no product of config values overflows.
+///
+/// # Errors
+/// As [`fits_in_memory`].
+pub fn transformer_fits(
+    what: &str,
+    rows: usize,
+    width: usize,
+    layers: usize,
+    d_ff: usize,
+) -> Result {
+    let (r, d, l, f) = (rows as f64, width as f64, layers as f64, d_ff as f64);
+    fits_in_memory(what, r * d + l * (2.0 * d * d + 2.0 * d * f), 4.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +288,17 @@ mod tests {
             "eps must be > 0, got -0.00001"
         );
         assert!(epsilon("eps", f64::NAN).is_err() && epsilon("eps", 1e-12).is_ok());
+        if let Some(limit) = memory_limit() {
+            assert!(limit > 1 << 20, "{limit} bytes");
+            assert!(fits_in_memory("a table", 1e3, 4.0).is_ok());
+            let e = fits_in_memory("the weights", 1e12 * 64.0, 4.0).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("the weights would need 238418.6 GiB, more than the "),
+                "{e}"
+            );
+        }
+        assert!(fits_in_memory("x", f64::INFINITY, 4.0).is_err());
         assert_eq!(
             divisible(("hidden_size", 380), ("num_attention_heads", 12))
                 .unwrap_err()

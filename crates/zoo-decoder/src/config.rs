@@ -152,7 +152,7 @@ impl DecoderConfig {
         } else {
             self.n_heads
         };
-        let d_ff = self.d_ff.unwrap_or(self.d_model * 8 / 3);
+        let d_ff = self.d_ff.unwrap_or(self.d_model.saturating_mul(8) / 3);
         self.with_positions(PositionKind::Rope {
             theta: 10000.0,
             layout: RopeLayout::HalfSplit,
@@ -198,11 +198,14 @@ impl DecoderConfig {
                 eps: self.norm_eps,
             });
         }
-        let ffn = FeedForwardConfig::new(self.d_model, self.d_ff.unwrap_or(4 * self.d_model))
-            .with_activation(self.activation)
-            .with_gate_layout(self.gate_layout)
-            .with_bias(self.mlp_bias.unwrap_or(self.bias))
-            .with_initializer(init);
+        let ffn = FeedForwardConfig::new(
+            self.d_model,
+            self.d_ff.unwrap_or(self.d_model.saturating_mul(4)),
+        )
+        .with_activation(self.activation)
+        .with_gate_layout(self.gate_layout)
+        .with_bias(self.mlp_bias.unwrap_or(self.bias))
+        .with_initializer(init);
         TransformerBlockConfig::new(attn, ffn)
             .with_norm(self.norm)
             .with_norm_eps(self.norm_eps)
@@ -245,7 +248,44 @@ impl DecoderConfig {
             ("max_len", self.max_len),
         ])?;
         validate::probabilities(&[("dropout", self.dropout)])?;
+        // Before any size is derived from the config.
+        let d_ff = self.d_ff.unwrap_or(self.d_model.saturating_mul(8) / 3);
+        let (v, d, l) = (self.vocab_size, self.d_model, self.n_layers);
+        validate::transformer_fits("the decoder's weights", v, d, l, d_ff)?;
         self.block().attention.validate()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sizes past the machine's memory are refused before anything is allocated or
+    /// derived from them: a vocabulary of 10^12 names the need, and a width whose
+    /// default feed-forward width (4 × or 8/3 × d_model) would overflow `usize` is an
+    /// error too, not a wrapped size or a panic.
+    #[test]
+    fn sizes_past_memory_are_refused_before_allocation() {
+        if validate::memory_limit().is_none() {
+            return; // no /proc/meminfo: nothing to compare with
+        }
+        let e = DecoderConfig::new(1_000_000_000_000, 64, 2, 4, 128)
+            .validate()
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "invalid decoder config: the decoder's weights would need 238418.6 GiB"
+            ),
+            "{e}"
+        );
+        for cfg in [
+            DecoderConfig::new(300, usize::MAX / 2, 2, 1, 128),
+            DecoderConfig::new(300, usize::MAX / 2, 2, 1, 128).llama_style(),
+        ] {
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains("the decoder's weights would need"), "{e}");
+        }
+        assert!(DecoderConfig::new(300, 64, 2, 4, 128).validate().is_ok());
     }
 }

@@ -37,7 +37,20 @@ impl CausalLm for DecoderLm {
         DecoderLm::max_len(self)
     }
 
-    fn new_cache(&self, _batch: usize) -> Result<DecoderCache, ModelError> {
+    /// Checks first that the keys and values of `batch` rows (prompts times beams) over
+    /// the longest sequence can fit in memory: `--num-beams 100000` is an error naming
+    /// the size, not an allocation that aborts the process.
+    fn new_cache(&self, batch: usize) -> Result<DecoderCache, ModelError> {
+        let max_len = DecoderLm::max_len(self);
+        let len = self.sliding_window().unwrap_or(max_len).min(max_len);
+        let per_row: f64 = self
+            .layers
+            .iter()
+            .map(|l| 2.0 * (l.self_attn().n_kv_heads() * l.self_attn().head_dim()) as f64)
+            .sum();
+        let what = format!("a key-value cache of {batch} rows of {len} positions");
+        zoo_core::validate::fits_in_memory(&what, batch as f64 * len as f64 * per_row, 4.0)
+            .map_err(DecoderError::from)?;
         Ok(DecoderLm::new_cache(self))
     }
 

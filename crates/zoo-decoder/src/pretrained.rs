@@ -327,7 +327,7 @@ fn gpt2_decoder(c: &Gpt2Config) -> Result<DecoderConfig> {
     }
     Ok(
         DecoderConfig::new(c.vocab_size, c.n_embd, c.n_layer, c.n_head, c.n_positions)
-            .with_d_ff(Some(c.n_inner.unwrap_or(4 * c.n_embd)))
+            .with_d_ff(Some(c.n_inner.unwrap_or(c.n_embd.saturating_mul(4))))
             .with_activation(c.activation_function.ffn())
             .with_norm_eps(c.layer_norm_epsilon)
             .with_tie_embeddings(c.tie_word_embeddings)

@@ -148,6 +148,13 @@ impl BertConfig {
             ("max_position_embeddings", self.max_position_embeddings),
             ("type_vocab_size", self.type_vocab_size),
         ])?;
+        validate::transformer_fits(
+            "the encoder's weights",
+            self.vocab_size.saturating_add(self.max_position_embeddings),
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.intermediate_size,
+        )?;
         if self.position_embedding_type != "absolute" {
             return Err(ConfigError::unsupported(
                 "position_embedding_type",

@@ -142,6 +142,14 @@ impl T5Config {
             ("num_heads", self.num_heads),
             ("n_positions", self.n_positions),
         ])?;
+        let layers = self.num_layers.saturating_add(self.decoder_layers());
+        validate::transformer_fits(
+            "T5's weights",
+            self.vocab_size,
+            self.d_model,
+            layers,
+            self.d_ff,
+        )?;
         validate::epsilon("layer_norm_epsilon", self.layer_norm_epsilon)?;
         self.activation()?;
         zoo_attention::position::check_bucket_settings(
@@ -336,6 +344,13 @@ impl MarianConfig {
             ("decoder_ffn_dim", self.decoder_ffn_dim),
             ("max_position_embeddings", self.max_position_embeddings),
         ])?;
+        validate::transformer_fits(
+            "Marian's weights",
+            self.vocab_size.saturating_add(self.max_position_embeddings),
+            self.d_model,
+            self.encoder_layers.saturating_add(self.decoder_layers),
+            self.encoder_ffn_dim.min(self.decoder_ffn_dim),
+        )?;
         for heads in [
             ("encoder_attention_heads", self.encoder_attention_heads),
             ("decoder_attention_heads", self.decoder_attention_heads),

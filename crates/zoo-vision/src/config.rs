@@ -188,6 +188,14 @@ impl ViTConfig {
             ("num_channels", self.num_channels),
             ("pooler_output_size", self.pooler_size()),
         ])?;
+        let side = self.image_size / self.patch_size;
+        validate::transformer_fits(
+            "the ViT's weights",
+            side.saturating_mul(side).saturating_add(1),
+            self.hidden_size,
+            self.num_hidden_layers,
+            self.intermediate_size,
+        )?;
         validate::model_type(self.model_type.as_deref(), "vit", "ViT")?;
         validate::divisible(
             ("hidden_size", self.hidden_size),

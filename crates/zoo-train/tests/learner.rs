@@ -224,6 +224,21 @@ fn the_toy_program_refuses_an_unknown_device() {
     );
 }
 
+/// Resumes the toy's run in `dir` with `args`, and checks that it continued after
+/// checkpoint `from` and ended after `rounds` rounds.
+fn resume_toy(dir: &Path, args: &[&str], from: usize, rounds: usize) {
+    let out = toy(dir).args(args).arg("--resume").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "resume failed: {stderr}");
+    let started = format!("starting after checkpoint Some({from})");
+    assert!(stdout.contains(&started), "{stdout}");
+    assert!(
+        stdout.contains(&format!("done: {rounds} epochs")),
+        "{stdout}"
+    );
+}
+
 /// Waits until `ready`, failing when `child` ends first or after 300 s.
 fn wait_while_running(child: &mut std::process::Child, what: &str, ready: impl Fn() -> bool) {
     let start = Instant::now();
@@ -256,18 +271,7 @@ fn kill_and_resume(name: &str, args: &[&str]) {
     child.wait().unwrap();
     let killed_at = last_complete_checkpoint(&dir).unwrap();
     assert!(killed_at < 8, "the run finished before the kill");
-    let out = toy(&dir).args(args).arg("--resume").output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "resume failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains(&format!("starting after checkpoint Some({killed_at})")),
-        "{stdout}"
-    );
-    assert!(stdout.contains("done: 8 epochs"), "{stdout}");
+    resume_toy(&dir, args, killed_at, 8);
     assert_eq!(last_complete_checkpoint(&dir), Some(8));
     // Resuming with another seed would change the batches: refused, naming the values.
     let out = toy(&dir)
@@ -360,18 +364,7 @@ fn a_damaged_last_checkpoint_resumes_from_the_one_before() {
     bytes[middle] ^= 0x01;
     std::fs::write(&model, bytes).unwrap();
     assert_eq!(last_complete_checkpoint(&dir), Some(5));
-    let out = toy(&dir).arg("--resume").output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("starting after checkpoint Some(5)"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("done: 6 epochs"), "{stdout}");
+    resume_toy(&dir, &[], 5, 6);
     assert_eq!(last_complete_checkpoint(&dir), Some(6));
     let resumed = csv_column(&dir.join("metrics.csv"), "valid_loss");
     assert_eq!(resumed.len(), 6);

@@ -89,6 +89,10 @@ enum Command {
         /// The checkpoint folder (config.json and its weights).
         #[arg(long)]
         model: PathBuf,
+        /// Also read every weight and fail, naming the tensors, when any holds NaN or an
+        /// infinity.
+        #[arg(long)]
+        check: bool,
     },
     /// The raw outputs for HF forward arguments read from JSON, for checking against
     /// other implementations.
@@ -190,7 +194,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     let device = || -> Result<Device> { Ok(zoo_device::select_by_name(&cli.device)?) };
     match cli.command {
-        Command::Info { model } => info(&model, &device()?),
+        Command::Info { model, check } => info(&model, check, &device()?),
         Command::Forward {
             model,
             input,
@@ -235,7 +239,7 @@ fn dtype_name(dtype: burn::tensor::DType) -> String {
     }
 }
 
-fn info(dir: &Path, device: &Device) -> Result<()> {
+fn info(dir: &Path, check: bool, device: &Device) -> Result<()> {
     let model = AutoModel::from_pretrained(dir, device)?;
     let arch = model.architecture();
     let file = WeightsFile::find(dir)?;
@@ -268,6 +272,23 @@ fn info(dir: &Path, device: &Device) -> Result<()> {
             "  {name:<width$}  {:<14} {}",
             format!("{:?}", t.shape.to_vec()),
             dtype_name(t.dtype)
+        );
+    }
+    if check {
+        let bad = file.non_finite()?;
+        if !bad.is_empty() {
+            let list: Vec<String> = bad.iter().map(ToString::to_string).collect();
+            return Err(CliError::Input(format!(
+                "{}: {} of {} tensors hold non-finite values: {}",
+                shown(file.path()),
+                bad.len(),
+                tensors.len(),
+                list.join("; ")
+            )));
+        }
+        outln!(
+            "check:        every value of the {} tensors is finite",
+            tensors.len()
         );
     }
     Ok(())
@@ -395,6 +416,13 @@ fn classify(
         }
     };
     let Classes { logits, labels } = classifier.classify(input, device)?;
+    // A NaN would make every probability NaN, sorted to the top and printed as the answer.
+    if let Some(class) = floats(logits.clone())?.iter().position(|p| p.is_nan()) {
+        return Err(CliError::Input(format!(
+            "the model's score for class {class} is NaN: its weights or inputs hold \
+             non-finite values"
+        )));
+    }
     let probs = floats(softmax(logits, 1))?;
     let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));

@@ -659,6 +659,60 @@ fn translate_gives_transformers_beam_search_output() {
     }
 }
 
+/// A classifier whose weights hold a NaN (one classifier bias set to NaN in a copy of
+/// the fixture): `classify` is an error naming the class, not a NaN printed as the top
+/// label, and `info --check` names the tensor, where the untouched fixture passes.
+#[test]
+fn nan_weights_are_named_by_info_check_and_refused_by_classify() {
+    let src = fixture("zoo-vision", "vit-tiny-cls");
+    let dir = tempdir("classify-nan");
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let mut bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let bias = &header["classifier.bias"];
+    assert_eq!(bias["dtype"], "F32");
+    let at = 8 + header_len + bias["data_offsets"][0].as_u64().unwrap() as usize + 2 * 4;
+    bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+    let image = fixture("zoo-vision", "images/gradient.png");
+    let run = zoo(&[
+        "classify",
+        "--model",
+        dir.to_str().unwrap(),
+        "--image",
+        image.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status, Some(1), "{}", run.stdout);
+    assert_eq!(
+        run.stderr.trim(),
+        "error: the model's score for class 2 is NaN: its weights or inputs hold \
+         non-finite values"
+    );
+    let tensors = header
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| *k != "__metadata__");
+    let run = zoo(&["info", "--model", dir.to_str().unwrap(), "--check"]);
+    assert_eq!(run.status, Some(1), "{}", run.stdout);
+    assert_eq!(
+        run.stderr.trim(),
+        format!(
+            "error: model.safetensors: 1 of {} tensors hold non-finite values: \
+             classifier.bias holds 1 non-finite value, the first NaN at flat index 2",
+            tensors.count()
+        )
+    );
+    let run = ok(&["info", "--model", src.to_str().unwrap(), "--check"]);
+    assert!(
+        run.stdout.contains("check:        every value of the ")
+            && run.stdout.contains(" tensors is finite"),
+        "{}",
+        run.stdout
+    );
+}
+
 #[test]
 fn classify_prints_the_top_labels_with_probabilities() {
     let device = test_device();

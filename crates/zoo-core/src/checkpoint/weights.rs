@@ -103,6 +103,69 @@ impl WeightsFile {
     }
 }
 
+/// A tensor of a checkpoint that holds NaN or infinite values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NonFinite {
+    /// Its checkpoint name.
+    pub name: String,
+    /// How many of its values are not finite.
+    pub count: usize,
+    /// The flat index of the first one.
+    pub first: usize,
+    /// That value: NaN, inf or -inf.
+    pub value: f32,
+}
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} holds {} non-finite value{}, the first {} at flat index {}",
+            self.name,
+            self.count,
+            if self.count == 1 { "" } else { "s" },
+            self.value,
+            self.first
+        )
+    }
+}
+
+impl WeightsFile {
+    /// Reads every floating-point tensor of the file, in its own precision widened to
+    /// f32, and lists those that hold NaN or infinite values, by name: weights that would
+    /// turn every output into garbage without an error. Integer tensors are skipped.
+    ///
+    /// # Errors
+    /// As [`Self::tensors`], and a tensor whose values cannot be read.
+    pub fn non_finite(&self) -> Result<Vec<NonFinite>, CheckpointError> {
+        let mut out = Vec::new();
+        for (name, t) in self.tensors()? {
+            if !matches!(t.dtype, DType::F64 | DType::F32 | DType::F16 | DType::BF16) {
+                continue;
+            }
+            let values = bridge::to_data(&t)
+                .map(|d| d.convert::<f32>().try_to_vec::<f32>())
+                .map_err(|e| e.to_string())
+                .and_then(|v| v.map_err(|e| format!("{e:?}")))
+                .map_err(|message| CheckpointError::Format {
+                    path: self.path().to_path_buf(),
+                    message: format!("{name}: {message}"),
+                })?;
+            let mut bad = values.iter().enumerate().filter(|(_, v)| !v.is_finite());
+            if let Some((first, &value)) = bad.next() {
+                let count = 1 + bad.count();
+                out.push(NonFinite {
+                    name,
+                    count,
+                    first,
+                    value,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The tensors of a sharded safetensors checkpoint: every shard the index's `weight_map`
 /// names is read once, and every tensor it lists must be in its shard.
 fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {

@@ -659,6 +659,15 @@ fn translate_gives_transformers_beam_search_output() {
     }
 }
 
+/// `zoo classify` of the gradient test image with the classifier in `dir`.
+fn classify_gradient(dir: &Path, extra: &[&str]) -> Run {
+    let image = fixture("zoo-vision", "images/gradient.png");
+    let (dir, image) = (dir.to_str().unwrap(), image.to_str().unwrap());
+    let mut args = vec!["classify", "--model", dir, "--image", image];
+    args.extend_from_slice(extra);
+    zoo(&args)
+}
+
 /// A classifier whose weights hold a NaN (one classifier bias set to NaN in a copy of
 /// the fixture): `classify` is an error naming the class, not a NaN printed as the top
 /// label, and `info --check` names the tensor, where the untouched fixture passes.
@@ -675,14 +684,7 @@ fn nan_weights_are_named_by_info_check_and_refused_by_classify() {
     let at = 8 + header_len + bias["data_offsets"][0].as_u64().unwrap() as usize + 2 * 4;
     bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
-    let image = fixture("zoo-vision", "images/gradient.png");
-    let run = zoo(&[
-        "classify",
-        "--model",
-        dir.to_str().unwrap(),
-        "--image",
-        image.to_str().unwrap(),
-    ]);
+    let run = classify_gradient(&dir, &[]);
     assert_eq!(run.status, Some(1), "{}", run.stdout);
     assert_eq!(
         run.stderr.trim(),
@@ -718,15 +720,8 @@ fn classify_prints_the_top_labels_with_probabilities() {
     let device = test_device();
     let dir = fixture("zoo-vision", "vit-tiny-cls");
     let image = fixture("zoo-vision", "images/gradient.png");
-    let run = ok(&[
-        "classify",
-        "--model",
-        dir.to_str().unwrap(),
-        "--image",
-        image.to_str().unwrap(),
-        "--top",
-        "3",
-    ]);
+    let run = classify_gradient(&dir, &["--top", "3"]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
     // The same through the library: the folder has no preprocessor_config.json, so the
     // ViT defaults at the model's size.
     let model = ViTForImageClassification::from_pretrained(&dir, &device).unwrap();

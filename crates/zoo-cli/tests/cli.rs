@@ -69,6 +69,13 @@ fn ok(args: &[&str]) -> Run {
     run
 }
 
+/// Runs `zoo COMMAND --model DIR ARGS` and checks that it succeeded.
+fn ok_on(command: &str, dir: &Path, args: &[&str]) -> Run {
+    let mut all = vec![command, "--model", dir.to_str().unwrap()];
+    all.extend_from_slice(args);
+    ok(&all)
+}
+
 /// A fresh folder for one test.
 fn tempdir(name: &str) -> PathBuf {
     zoo_fixtures::tempdir("cli", name)
@@ -496,15 +503,12 @@ fn generate_prints_python_s_decode_of_the_whole_sequence() {
     for name in zoo_fixtures::DECODER_FIXTURES {
         let dir = fixture("zoo-decoder", name);
         let want = read_json(&dir.join("stream.json"));
-        let run = ok(&[
+        let prompt = want["prompt"].as_str().unwrap();
+        let run = ok_on(
             "generate",
-            "--model",
-            dir.to_str().unwrap(),
-            "--prompt",
-            want["prompt"].as_str().unwrap(),
-            "--max-new-tokens",
-            "8",
-        ]);
+            &dir,
+            &["--prompt", prompt, "--max-new-tokens", "8"],
+        );
         assert_eq!(
             run.stdout,
             format!("{}\n", want["text"].as_str().unwrap()),
@@ -531,18 +535,8 @@ fn generate_ends_at_a_stop_string() {
     let text = |n: usize| tok.continuation(&ids, &greedy[..n]).unwrap();
     let stop = text(4)[text(2).len()..].to_string();
     let k = (1..=8).find(|&n| text(n).contains(&stop)).unwrap();
-    let d = dir.to_str().unwrap();
-    let run = ok(&[
-        "generate",
-        "--model",
-        d,
-        "--prompt",
-        prompt,
-        "--max-new-tokens",
-        "8",
-        "--stop",
-        &stop,
-    ]);
+    let eight = ["--prompt", prompt, "--max-new-tokens", "8"];
+    let run = ok_on("generate", &dir, &[&eight[..], &["--stop", &stop]].concat());
     assert_eq!(
         run.stdout,
         format!("{prompt}{}\n", text(k)),
@@ -555,19 +549,8 @@ fn generate_ends_at_a_stop_string() {
         run.stderr
     );
     // min-p 1 keeps the most likely token alone: sampling gives the greedy text.
-    let run = ok(&[
-        "generate",
-        "--model",
-        d,
-        "--prompt",
-        prompt,
-        "--max-new-tokens",
-        "8",
-        "--temperature",
-        "1",
-        "--min-p",
-        "1",
-    ]);
+    let min_p = ["--temperature", "1", "--min-p", "1"];
+    let run = ok_on("generate", &dir, &[&eight[..], &min_p].concat());
     assert_eq!(run.stdout, format!("{prompt}{}\n", text(8)));
 }
 
@@ -639,17 +622,9 @@ fn translate_gives_transformers_beam_search_output() {
     for name in ["t5-tiny", "t5-tiny-tied", "marian-tiny"] {
         let dir = fixture("zoo-seq2seq", name);
         let e = read_json(&dir.join("expected.json"));
-        let run = ok(&[
-            "translate",
-            "--model",
-            dir.to_str().unwrap(),
-            "--text",
-            e["text"].as_str().unwrap(),
-            "--num-beams",
-            "4",
-            "--max-new-tokens",
-            "10",
-        ]);
+        let text = e["text"].as_str().unwrap();
+        let beams = ["--text", text, "--num-beams", "4", "--max-new-tokens", "10"];
+        let run = ok_on("translate", &dir, &beams);
         assert_eq!(
             run.stdout,
             format!("{}\n", e["text_beam"].as_str().unwrap()),

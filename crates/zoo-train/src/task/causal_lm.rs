@@ -15,13 +15,16 @@ pub struct CausalLmTask<M: TokenLogits> {
     /// The model.
     pub model: M,
     #[module(skip)]
-    pub(crate) guard: Option<Arc<NanGuard>>,
+    pub(crate) guard: Arc<NanGuard>,
 }
 
 impl<M: TokenLogits> CausalLmTask<M> {
     /// Wraps a model.
     pub fn new(model: M) -> Self {
-        Self { model, guard: None }
+        Self {
+            model,
+            guard: Arc::default(),
+        }
     }
 
     /// Loss and the counted positions' logits and targets.

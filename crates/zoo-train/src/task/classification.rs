@@ -27,7 +27,7 @@ pub struct ClassificationTask<M: ClassLogits> {
     /// The model.
     pub model: M,
     #[module(skip)]
-    pub(crate) guard: Option<Arc<NanGuard>>,
+    pub(crate) guard: Arc<NanGuard>,
     #[module(skip)]
     label_smoothing: Option<f32>,
     #[module(skip)]
@@ -49,7 +49,7 @@ impl<M: ClassLogits> ClassificationTask<M> {
     pub fn new(model: M) -> Self {
         Self {
             model,
-            guard: None,
+            guard: Arc::default(),
             label_smoothing: None,
             distillation: None,
         }

@@ -77,8 +77,9 @@ impl NanGuard {
         }
     }
 
-    /// Records a failed forward pass and stops the training.
-    fn fail(&self, error: &ModelError) {
+    /// Records a failed forward pass and stops the training; whether a training watches
+    /// this guard (it has one to stop).
+    fn fail(&self, error: &ModelError) -> bool {
         let mut s = self.state.lock().expect("guard lock");
         s.steps += 1;
         if s.failed.is_none() {
@@ -87,6 +88,7 @@ impl NanGuard {
                 i.stop(Some("the model's forward pass failed"));
             }
         }
+        s.interrupter.is_some()
     }
 
     /// The step (1-based) and message of the first failed forward pass, if any.
@@ -144,14 +146,14 @@ pub(crate) fn counted_logits(
 
 fn guarded_optimize<T: Module>(
     task: T,
-    guard: Option<&Arc<NanGuard>>,
+    guard: &NanGuard,
     optim: &mut ModuleOptimizer,
     lr: ModuleLearningRate,
     grads: GradientsParams,
 ) -> T {
     // After a non-finite loss or a failed step the weights stay as they were: the last
     // good ones.
-    if guard.is_some_and(|g| g.tripped().is_some() || g.failed().is_some()) {
+    if guard.tripped().is_some() || guard.failed().is_some() {
         return task;
     }
     optim.step(lr, task, grads)
@@ -179,20 +181,15 @@ macro_rules! supervised_steps {
                         // Stop the run and hand the learner an empty step; `fit` reports
                         // the error once the learner has stopped.
                         // No gradients: the guard skips the optimiser step anyway.
-                        let item = failed_step(
-                            self.guard.as_ref(),
-                            &e,
-                            $placeholder(&self.model.devices()[0]),
-                        );
+                        let item =
+                            failed_step(&self.guard, &e, $placeholder, &self.model.devices()[0]);
                         return TrainOutput {
                             grads: GradientsParams::new(),
                             item,
                         };
                     }
                 };
-                if let Some(g) = &self.guard {
-                    g.observe(out.loss.clone().into_scalar::<f32>());
-                }
+                self.guard.observe(out.loss.clone().into_scalar::<f32>());
                 TrainOutput::new(self, out.loss.backward(), out)
             }
 
@@ -203,7 +200,7 @@ macro_rules! supervised_steps {
                 grads: GradientsParams,
             ) -> Self {
                 let guard = self.guard.clone();
-                guarded_optimize(self, guard.as_ref(), optim, lr, grads)
+                guarded_optimize(self, &guard, optim, lr, grads)
             }
         }
 
@@ -214,52 +211,64 @@ macro_rules! supervised_steps {
             fn step(&self, batch: $input) -> $output {
                 match self.forward(batch) {
                     Ok(out) => out,
-                    Err(e) => failed_step(
-                        self.guard.as_ref(),
-                        &e,
-                        $placeholder(&self.model.devices()[0]),
-                    ),
+                    Err(e) => failed_step(&self.guard, &e, $placeholder, &self.model.devices()[0]),
                 }
             }
         }
 
         impl<M: $bound> Guarded for $task<M> {
             fn guarded(mut self, guard: Arc<NanGuard>) -> Self {
-                self.guard = Some(guard);
+                self.guard = guard;
                 self
+            }
+        }
+
+        impl<M: $bound> $task<M> {
+            /// The step (1-based, counted by this task's guard) and message of the first
+            /// forward pass that failed in a step of burn-train's traits. `TrainStep` and
+            /// `InferenceStep` cannot return an error: outside [`crate::fit`] such a step
+            /// logs the error, records it here and returns an output whose loss is NaN.
+            /// Inside `fit` the run stops and `fit` returns the error.
+            pub fn failure(&self) -> Option<(usize, String)> {
+                self.guard.failed()
             }
         }
     };
 }
 
-/// A step whose forward pass failed: the guard records the error and stops the run (the
-/// learner needs an output to carry on to its stop, so it gets `placeholder`, whose zero
-/// loss moves no weight). Without a guard nothing can report the error later, so it
-/// panics with the error's message.
-fn failed_step<O>(guard: Option<&Arc<NanGuard>>, error: &ModelError, placeholder: O) -> O {
-    match guard {
-        Some(g) => {
-            g.fail(error);
-            placeholder
-        }
-        None => panic!("the model's forward pass failed: {error}"),
+/// A step whose forward pass failed: the guard records the error. In a training the guard
+/// stops the run (the learner needs an output to carry on to its stop, so it gets the
+/// placeholder, whose zero loss moves no weight) and `fit` reports the error. Outside one
+/// nothing watches the guard: the error is logged, and the placeholder's loss is NaN, so
+/// no metric reads the failure as a perfect score.
+fn failed_step<O>(
+    guard: &NanGuard,
+    error: &ModelError,
+    placeholder: fn(&burn::tensor::Device, f32) -> O,
+    device: &burn::tensor::Device,
+) -> O {
+    if guard.fail(error) {
+        placeholder(device, 0.0)
+    } else {
+        log::error!("the model's forward pass failed: {error}");
+        placeholder(device, f32::NAN)
     }
 }
 
-/// An empty sequence output: zero loss over one position of one class.
-fn empty_sequence_output(device: &burn::tensor::Device) -> SequenceOutput {
+/// An empty sequence output: `loss` over one position of one class.
+fn empty_sequence_output(device: &burn::tensor::Device, loss: f32) -> SequenceOutput {
     SequenceOutput {
-        loss: Tensor::zeros([1], device),
+        loss: Tensor::full([1], loss, device),
         logits: Tensor::zeros([1, 1, 1], device),
         predictions: None,
         targets: Tensor::zeros([1, 1], device),
     }
 }
 
-/// An empty classification output: zero loss over one example of one class.
-fn empty_classification_output(device: &burn::tensor::Device) -> ClassificationOutput {
+/// An empty classification output: `loss` over one example of one class.
+fn empty_classification_output(device: &burn::tensor::Device, loss: f32) -> ClassificationOutput {
     ClassificationOutput {
-        loss: Tensor::zeros([1], device),
+        loss: Tensor::full([1], loss, device),
         output: Tensor::zeros([1, 1], device),
         targets: Tensor::zeros([1], device),
     }

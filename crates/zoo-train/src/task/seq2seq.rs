@@ -14,13 +14,16 @@ pub struct Seq2SeqTask<M: Seq2SeqLogits> {
     /// The model.
     pub model: M,
     #[module(skip)]
-    pub(crate) guard: Option<Arc<NanGuard>>,
+    pub(crate) guard: Arc<NanGuard>,
 }
 
 impl<M: Seq2SeqLogits> Seq2SeqTask<M> {
     /// Wraps a model.
     pub fn new(model: M) -> Self {
-        Self { model, guard: None }
+        Self {
+            model,
+            guard: Arc::default(),
+        }
     }
 
     /// Loss and the counted positions' logits and targets.

@@ -242,3 +242,36 @@ fn a_failed_forward_stops_the_guarded_step_without_panicking() {
         Some((1, "class id out of range".to_string()))
     );
 }
+
+/// Outside `fit` nothing watches the task's guard: a failed step neither panics nor
+/// passes for a perfect score. Its loss is NaN, and the task names the error.
+#[test]
+fn a_failed_forward_outside_fit_is_recorded_with_a_nan_loss() {
+    let task = ClassificationTask::new(TableLogits::new());
+    let ids = |v: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v, [2]), &test_device());
+    let good = InferenceStep::step(
+        &task,
+        ClassificationBatch::new(ids(vec![0, 1]), ids(vec![0, 1])),
+    );
+    assert!(good.loss.into_scalar::<f32>().is_finite());
+    assert_eq!(task.failure(), None);
+    let out = InferenceStep::step(
+        &task,
+        ClassificationBatch::new(ids(vec![0, 5]), ids(vec![0, 1])),
+    );
+    assert!(out.loss.into_scalar::<f32>().is_nan());
+    assert_eq!(
+        task.failure(),
+        Some((1, "class id out of range".to_string()))
+    );
+    let out = TrainStep::step(
+        &task,
+        ClassificationBatch::new(ids(vec![0, 5]), ids(vec![0, 1])),
+    );
+    assert!(out.item.loss.into_scalar::<f32>().is_nan());
+    // The first failure stays the one named.
+    assert_eq!(
+        task.failure(),
+        Some((1, "class id out of range".to_string()))
+    );
+}

@@ -111,10 +111,12 @@ fn load_lm(command: &str, dir: &Path, device: &Device) -> Result<AutoModel> {
 }
 
 /// The sampling settings: the flags, else the folder's `generation_config.json`, else
-/// greedy decoding of 50 tokens; generation stops at the checkpoint's end-of-text tokens.
+/// greedy decoding of 50 tokens; generation stops at the checkpoint's end-of-text tokens,
+/// and never picks an id the tokenizer cannot turn into text.
 fn sampling_config(
     args: &SamplingArgs,
     lm: &dyn TextGenerator,
+    tokenizer: &LmTokenizer,
     max_new_tokens: usize,
 ) -> Result<GenerationConfig> {
     let file = lm.generation_defaults().cloned().unwrap_or_default();
@@ -140,7 +142,9 @@ fn sampling_config(
     if let Some(r) = args.repetition_penalty {
         cfg = cfg.with_repetition_penalty(r);
     }
-    cfg = cfg.with_stop_tokens(lm.stop_tokens());
+    cfg = cfg
+        .with_stop_tokens(lm.stop_tokens())
+        .with_banned_tokens(tokenizer.undecodable(lm.vocab_size()));
     cfg.validate()?;
     Ok(cfg)
 }
@@ -286,7 +290,8 @@ pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> 
                  to sample or --num-beams {num_beams} to search"
             )));
         }
-        let cfg = BeamConfig::new(num_beams, max_new).with_stop_tokens(lm.stop_tokens());
+        let mut cfg = BeamConfig::new(num_beams, max_new).with_stop_tokens(lm.stop_tokens());
+        cfg.banned_tokens = tokenizer.undecodable(lm.vocab_size());
         let out = lm.beam_search(std::slice::from_ref(&prompt), &cfg)?;
         outln!(
             "{}{}",
@@ -301,7 +306,7 @@ pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> 
         );
         return Ok(());
     }
-    let cfg = sampling_config(s, lm, max_new)?;
+    let cfg = sampling_config(s, lm, &tokenizer, max_new)?;
     let cfg = with_stop_strings(&cfg, s, &tokenizer, &prompt)?;
     out!("{}", args.prompt);
     let _ = std::io::stdout().flush();
@@ -359,7 +364,8 @@ pub(crate) fn chat(args: &ChatArgs, device: &Device) -> Result<()> {
     let model = load_lm("chat", &args.model, device)?;
     let lm = model.generator().expect("checked by load_lm");
     let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
-    let mut cfg = sampling_config(&args.sampling, lm, max_new_tokens(&args.sampling, lm))?;
+    let max_new = max_new_tokens(&args.sampling, lm);
+    let mut cfg = sampling_config(&args.sampling, lm, &tokenizer, max_new)?;
     // The template's end-of-turn token ends an answer too (Llama 3's <|eot_id|>, Qwen's
     // <|im_end|>), when the vocabulary has it.
     if let Some(id) = template

@@ -286,6 +286,68 @@ fn decoder_copy(name: &str, tag: &str) -> PathBuf {
     dir
 }
 
+/// A tokenizer with fewer tokens than the model has output rows (as a checkpoint whose
+/// embedding is padded to a multiple of 64): `generate`, sampled or searched, never picks
+/// an id the tokenizer has no text for, where the model ranks one first.
+#[test]
+fn generate_never_picks_an_id_the_tokenizer_lacks() {
+    let dir = decoder_copy("gpt2-tiny", "padded-vocab");
+    // gpt2-tiny's byte-level tokenizer without its merges: ids 257 to 319 have no token.
+    let path = dir.join("tokenizer.json");
+    let mut t = read_json(&path);
+    t["model"]["merges"] = json!([]);
+    let vocab = t["model"]["vocab"].as_object_mut().unwrap();
+    vocab.retain(|_, id| id.as_u64().unwrap() < 257);
+    std::fs::write(&path, t.to_string()).unwrap();
+    let tok = LmTokenizer::from_pretrained(&dir).unwrap();
+    assert_eq!(tok.undecodable(320), (257..320).collect::<Vec<_>>());
+    // Unbanned, the model's greedy choice soon has no text.
+    let model = DecoderLm::from_pretrained(&dir, &test_device()).unwrap();
+    let prompt = "the king";
+    let ids = tok.encode(prompt).unwrap();
+    let free = generate(
+        &model,
+        std::slice::from_ref(&ids),
+        &GenerationConfig::greedy(20),
+        |_, _| {},
+    )
+    .unwrap();
+    assert!(
+        free.tokens[0].iter().any(|&t| t >= 257),
+        "{:?}",
+        free.tokens
+    );
+    assert!(tok.decode(&free.tokens[0]).is_err());
+    // The CLI bans them: it makes the banned greedy run's tokens, each with text (random
+    // weights pick stray bytes, so the text itself is not compared).
+    let eos = read_json(&dir.join("config.json"))["eos_token_id"]
+        .as_u64()
+        .unwrap() as usize;
+    let banned = GenerationConfig::greedy(20)
+        .with_banned_tokens(257..320)
+        .with_stop_tokens(vec![eos]);
+    let out = generate(&model, std::slice::from_ref(&ids), &banned, |_, _| {}).unwrap();
+    assert!(out.tokens[0].iter().all(|&t| t < 257), "{:?}", out.tokens);
+    tok.decode(&out.tokens[0]).unwrap();
+    let run = ok_on(
+        "generate",
+        &dir,
+        &["--prompt", prompt, "--max-new-tokens", "20"],
+    );
+    let n = out.tokens[0].len();
+    assert!(
+        run.stderr.contains(&format!("[{n} new tokens in ")),
+        "{}",
+        run.stderr
+    );
+    for args in [["--temperature", "2.0"], ["--num-beams", "3"]] {
+        let mut all = vec!["--prompt", prompt, "--max-new-tokens", "20"];
+        all.extend(args);
+        let run = ok_on("generate", &dir, &all);
+        assert!(run.stdout.starts_with(prompt), "{}", run.stdout);
+    }
+}
+
 #[test]
 fn generate_takes_its_defaults_from_generation_config_json() {
     let device = test_device();

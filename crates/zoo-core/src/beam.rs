@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::CoreError;
-use crate::generate::{check_ids, read_logits};
+use crate::generate::{check_banned, check_ids, read_logits};
 use crate::model::{CausalLm, DecodeStep};
 
 /// When a prompt's search is over (HF's `early_stopping`).
@@ -186,12 +186,11 @@ pub fn beam_search<M: CausalLm>(
     let max_len = model.max_len();
     let vocab = model.vocab_size();
     check_ids(prompts, cfg.pad_id, vocab, max_len)?;
-    for &t in cfg.stop_tokens.iter().chain(&cfg.banned_tokens) {
-        if t >= vocab {
-            return Err(CoreError::Generation(format!(
-                "stop or banned token {t} is out of range for vocab_size {vocab}"
-            )));
-        }
+    check_banned(&cfg.banned_tokens, vocab)?;
+    if let Some(t) = cfg.stop_tokens.iter().find(|&&t| t >= vocab) {
+        return Err(CoreError::Generation(format!(
+            "stop token {t} is out of range for vocab_size {vocab}"
+        )));
     }
     let (b, k) = (prompts.len(), cfg.num_beams);
     // Every step reads back a row of logits per beam: a count of beams past what memory

@@ -82,6 +82,9 @@ pub struct GenerationConfig {
     pub repetition_penalty: f64,
     /// Generation of a row stops after it emits one of these.
     pub stop_tokens: Vec<usize>,
+    /// Tokens never generated (HF's single-token `bad_words_ids`): ids the tokenizer
+    /// cannot decode, such as the rows a checkpoint pads its embedding to, or a pad token.
+    pub banned_tokens: Vec<usize>,
     /// Seed of the sampler.
     pub seed: u64,
     /// Decode with a KV cache (default) or recompute the whole sequence every step.
@@ -103,6 +106,7 @@ impl GenerationConfig {
             stopping: Hooks::default(),
             repetition_penalty: 1.0,
             stop_tokens: Vec::new(),
+            banned_tokens: Vec::new(),
             seed: 0,
             use_cache: true,
             pad_id: 0,
@@ -157,6 +161,12 @@ impl GenerationConfig {
     /// Sets the stop tokens.
     pub fn with_stop_tokens(mut self, stop: Vec<usize>) -> Self {
         self.stop_tokens = stop;
+        self
+    }
+
+    /// Adds tokens that are never generated.
+    pub fn with_banned_tokens(mut self, banned: impl IntoIterator<Item = usize>) -> Self {
+        self.banned_tokens.extend(banned);
         self
     }
 
@@ -285,6 +295,11 @@ pub fn next_token_distribution(
     cfg: &GenerationConfig,
 ) -> Vec<(usize, f64)> {
     let mut l = logits.to_vec();
+    for &t in &cfg.banned_tokens {
+        if let Some(x) = l.get_mut(t) {
+            *x = f32::NEG_INFINITY;
+        }
+    }
     apply_repetition_penalty(&mut l, history, cfg.repetition_penalty);
     for p in &cfg.processors.0 {
         p.process(&mut l, history);
@@ -362,7 +377,26 @@ fn check_prompts(
     max_len: usize,
 ) -> Result<(), CoreError> {
     cfg.validate()?;
+    check_banned(&cfg.banned_tokens, vocab_size)?;
     check_ids(prompts, cfg.pad_id, vocab_size, max_len)
+}
+
+/// Banned tokens inside the vocabulary that leave at least one token to generate.
+pub(crate) fn check_banned(banned: &[usize], vocab_size: usize) -> Result<(), CoreError> {
+    if let Some(t) = banned.iter().find(|&&t| t >= vocab_size) {
+        return Err(CoreError::Generation(format!(
+            "banned token {t} is out of range for vocab_size {vocab_size}"
+        )));
+    }
+    let mut distinct = banned.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() >= vocab_size {
+        return Err(CoreError::Generation(format!(
+            "every token of vocab_size {vocab_size} is banned: none is left to generate"
+        )));
+    }
+    Ok(())
 }
 
 /// Prompts that are non-empty, within the vocabulary and the model's length, with a
@@ -655,6 +689,39 @@ mod tests {
                 .tokens,
             vec![vec![1, 2]]
         );
+    }
+
+    /// Banned ids (the rows past a tokenizer's vocabulary) are never generated, greedy
+    /// or sampled, even where the model ranks them first; banning every id, or an id past
+    /// the vocabulary, is an error.
+    #[test]
+    fn banned_tokens_are_never_generated() {
+        let m = cycle(5);
+        // After 1 the model wants 2; with 2 banned every pick is 0 (the first of the ties).
+        let g = generate(&m, &[vec![1]], &GenerationConfig::greedy(3), |_, _| {}).unwrap();
+        assert_eq!(g.tokens, vec![vec![2, 3, 4]]);
+        let banned = GenerationConfig::greedy(3).with_banned_tokens([2]);
+        let g = generate(&m, &[vec![1]], &banned, |_, _| {}).unwrap();
+        assert_eq!(g.tokens, vec![vec![0, 1, 0]]);
+        let hot = GenerationConfig::sampling(200, 5.0, 3).with_banned_tokens([3, 4]);
+        let g = generate(&m, &[vec![0]], &hot, |_, _| {}).unwrap();
+        assert!(g.tokens[0].iter().all(|&t| t < 3), "{:?}", g.tokens);
+        let unbanned = GenerationConfig::sampling(200, 5.0, 3);
+        let g = generate(&m, &[vec![0]], &unbanned, |_, _| {}).unwrap();
+        assert!(g.tokens[0].iter().any(|&t| t >= 3), "{:?}", g.tokens);
+        for (cfg, want) in [
+            (
+                GenerationConfig::greedy(1).with_banned_tokens(0..5),
+                "every token of vocab_size 5 is banned",
+            ),
+            (
+                GenerationConfig::greedy(1).with_banned_tokens([5]),
+                "banned token 5 is out of range for vocab_size 5",
+            ),
+        ] {
+            let e = generate(&m, &[vec![0]], &cfg, |_, _| {}).unwrap_err();
+            assert!(e.to_string().contains(want), "{e}");
+        }
     }
 
     #[test]

@@ -318,6 +318,10 @@ pub trait Pretrained: ParamCount {
 /// A causal LM, as a loaded checkpoint offers it: [`crate::generate()`] and
 /// [`crate::beam_search`] over it, with the checkpoint's own end-of-text tokens.
 pub trait TextGenerator {
+    /// Rows of the model's output layer: its token ids run from 0 to this, which may pass
+    /// the tokenizer's (a checkpoint pads its embedding to a multiple of 64).
+    fn vocab_size(&self) -> usize;
+
     /// The end-of-text tokens the checkpoint names: its `generation_config.json`'s, else
     /// its `config.json`'s.
     fn stop_tokens(&self) -> Vec<usize>;

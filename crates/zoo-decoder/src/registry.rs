@@ -95,6 +95,10 @@ impl Pretrained for PretrainedLm {
 }
 
 impl TextGenerator for PretrainedLm {
+    fn vocab_size(&self) -> usize {
+        zoo_core::CausalLm::vocab_size(&self.model)
+    }
+
     fn stop_tokens(&self) -> Vec<usize> {
         match &self.generation {
             Some(g) if g.eos_token_id.is_some() => g.eos_ids(),

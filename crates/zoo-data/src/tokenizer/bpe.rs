@@ -48,6 +48,14 @@ impl LmTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// The ids below `model_vocab` that this tokenizer has no token for: the rows a
+    /// checkpoint pads its output layer with, which no text can hold.
+    pub fn undecodable(&self, model_vocab: usize) -> Vec<usize> {
+        (0..model_vocab)
+            .filter(|&id| u32::try_from(id).map_or(true, |id| self.inner.id_to_token(id).is_none()))
+            .collect()
+    }
+
     /// The id of a token, if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<usize> {
         self.inner.token_to_id(token).map(|id| id as usize)
@@ -95,7 +103,9 @@ impl LmTokenizer {
     /// An id outside the vocabulary, named.
     pub fn decode(&self, ids: &[usize]) -> Result<String> {
         let vocab = self.vocab_size();
-        if let Some(&id) = ids.iter().find(|&&id| id >= vocab) {
+        let missing =
+            |id: usize| u32::try_from(id).map_or(true, |id| self.inner.id_to_token(id).is_none());
+        if let Some(&id) = ids.iter().find(|&&id| id >= vocab || missing(id)) {
             return Err(tok_err(
                 "decode",
                 format!("token id {id} is out of range for vocab_size {vocab}"),

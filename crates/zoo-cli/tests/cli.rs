@@ -928,6 +928,167 @@ fn embed_matches_sentence_transformers_on_a_roberta_folder() {
     assert!(diff <= 1e-4, "embeddings differ by {diff}");
 }
 
+/// Writes a folder of the bad-input table: its name, an edit of its config, and whether it
+/// gets weights.
+type FolderMaker<'a> = dyn Fn(&str, &dyn Fn(&mut Value), bool) + 'a;
+
+/// The folders and files of the bad-input table's later cases, in `tmp`; `folder(name,
+/// edit, weights)` writes a copy of gpt2-tiny's config, edited, with or without its
+/// weights.
+fn more_bad_inputs(tmp: &Path, folder: &FolderMaker<'_>) {
+    let write = |name: &str, text: &str| std::fs::write(tmp.join(name), text).unwrap();
+    let llama = fixture("zoo-decoder", "llama-tiny");
+    folder("zero-eps", &|c| c["layer_norm_epsilon"] = 0.into(), true);
+    folder("heads5", &|c| c["n_head"] = 5.into(), true);
+    folder("pos0", &|c| c["n_positions"] = 0.into(), true);
+    folder("vocab0", &|c| c["vocab_size"] = 0.into(), true);
+    folder("layers-str", &|c| c["n_layer"] = "two".into(), true);
+    folder(
+        "deep",
+        &|c| c["n_layer"] = 1_000_000_000_000u64.into(),
+        true,
+    );
+    folder("list", &|c| *c = json!([]), true);
+    let rope0 = tmp.join("rope0");
+    std::fs::create_dir_all(&rope0).unwrap();
+    let mut cfg = read_json(&llama.join("config.json"));
+    cfg["rope_parameters"]["rope_theta"] = 0.into(); // transformers 5 writes it there
+    std::fs::write(rope0.join("config.json"), cfg.to_string()).unwrap();
+    std::fs::copy(
+        llama.join("model.safetensors"),
+        rope0.join("model.safetensors"),
+    )
+    .unwrap();
+    // Weights: cut short, a header length past any file, a norm of NaN.
+    let weights = std::fs::read(gpt2().join("model.safetensors")).unwrap();
+    folder("truncated", &|_| {}, false);
+    std::fs::write(tmp.join("truncated/model.safetensors"), &weights[..100]).unwrap();
+    folder("huge-header", &|_| {}, false);
+    let mut huge = 1_000_000_000_000_000u64.to_le_bytes().to_vec();
+    huge.extend_from_slice(b"{}");
+    std::fs::write(tmp.join("huge-header/model.safetensors"), huge).unwrap();
+    folder("nan", &|_| {}, false);
+    let n = u64::from_le_bytes(weights[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&weights[8..8 + n]).unwrap();
+    let [a, b] = [0, 1].map(|i| {
+        header["transformer.ln_f.weight"]["data_offsets"][i]
+            .as_u64()
+            .unwrap() as usize
+            + 8
+            + n
+    });
+    let mut nan = weights.clone();
+    for x in nan[a..b].chunks_mut(4) {
+        x.copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    std::fs::write(tmp.join("nan/model.safetensors"), nan).unwrap();
+    std::fs::copy(
+        gpt2().join("tokenizer.json"),
+        tmp.join("nan/tokenizer.json"),
+    )
+    .unwrap();
+    // A shard index that climbs out of the folder, or names a shard that is not there.
+    let sharded = fixture("zoo-encoder", "bert-tiny-sharded");
+    for (name, shard) in [
+        ("shard-escape", "../../etc/passwd"),
+        ("shard-missing", "model-00009-of-00002.safetensors"),
+    ] {
+        let dir = tmp.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in std::fs::read_dir(&sharded).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+        }
+        let path = dir.join("model.safetensors.index.json");
+        let mut index = read_json(&path);
+        let map = index["weight_map"].as_object_mut().unwrap();
+        let first = map.keys().next().unwrap().clone();
+        map[&first] = shard.into();
+        std::fs::write(&path, index.to_string()).unwrap();
+    }
+    // sentence-transformers modules outside the folder.
+    let st = fixture("zoo-encoder", "roberta-tiny-st");
+    for (name, module) in [("st-escape", "../../x"), ("st-absolute", "/etc")] {
+        let dir = tmp.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in std::fs::read_dir(&st).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() {
+                std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+            }
+        }
+        let path = dir.join("modules.json");
+        let mut modules = read_json(&path);
+        modules[1]["path"] = module.into();
+        std::fs::write(&path, modules.to_string()).unwrap();
+    }
+    // Tokenizer and generation files.
+    for name in ["no-tokenizer", "bad-tokenizer", "bad-generation-config"] {
+        folder(name, &|_| {}, true);
+    }
+    write("bad-tokenizer/tokenizer.json", "{\"model\":");
+    std::fs::copy(
+        gpt2().join("tokenizer.json"),
+        tmp.join("bad-generation-config/tokenizer.json"),
+    )
+    .unwrap();
+    write(
+        "bad-generation-config/generation_config.json",
+        r#"{"max_new_tokens": "x"}"#,
+    );
+    std::fs::create_dir_all(tmp.join("chat")).unwrap();
+    std::fs::copy(
+        crates().join("zoo-data/tests/fixtures/chat/qwen2.5-instruct/tokenizer_config.json"),
+        tmp.join("chat/tokenizer_config.json"),
+    )
+    .unwrap();
+    write("message-object.json", r#"{"role": "user"}"#);
+    write("sentence-number.json", r#"{"sentences": [1]}"#);
+    write("ids-scalar.json", r#"{"input_ids": 5}"#);
+    write("ids-float.json", r#"{"input_ids": [[1.5, 2]]}"#);
+    write("ids-empty-row.json", r#"{"input_ids": [[]]}"#);
+    write("top-list.json", "[1, 2]");
+    write(
+        "pixels-16.json",
+        &json!({"pixel_values": [vec![vec![vec![0.5; 16]; 16]; 3]]}).to_string(),
+    );
+    write(
+        "t5-past-vocab.json",
+        r#"{"input_ids": [[1, 2]], "decoder_input_ids": [[1, 5000]]}"#,
+    );
+    write("not-an-image.png", "not an image");
+}
+
+/// Writes `docs/bad-inputs.md`: each case of the bad-input test, its command and what the
+/// zoo printed, with the test's folders in place of their paths.
+fn write_bad_input_table(table: &[(&str, String)]) {
+    let mut doc = String::from(
+        "# Bad inputs and what the zoo says\n\n\
+         Every case of the `zoo` command line's bad-input test (`bad_input_is_one_line_naming_the_problem` \
+         in `crates/zoo-cli/tests/cli.rs`), with the message it printed on standard error. \
+         Each exits with status 1, prints no panic and leaves no output file. The test \
+         writes this page on every run on the flex backend: do not edit it by hand.\n\n\
+         In the commands, `{tmp}` is the test's scratch folder, where it writes the broken \
+         configs, weights and inputs each case names, and `{gpt2}`, `{bert}`, `{vit}`, \
+         `{vit-cls}`, `{t5}`, `{st}` and `{roberta-cls}` are fixtures under \
+         `crates/*/tests/fixtures`. Sizes measured against memory name the memory of the \
+         machine that ran the test.\n\n\
+         | # | command | message |\n|---|---|---|\n",
+    );
+    for (i, (line, message)) in table.iter().enumerate() {
+        let cell = |t: &str| t.replace('|', "\\|").replace('\n', " <br> ");
+        doc.push_str(&format!(
+            "| {} | `zoo {}` | `` {} `` |\n",
+            i + 1,
+            cell(line),
+            cell(message)
+        ));
+    }
+    doc.push_str(&format!("\n{} cases.\n", table.len()));
+    let path = crates().join("../docs/bad-inputs.md");
+    zoo_core::durable::write_atomic(&path, doc.as_bytes()).unwrap();
+}
+
 #[test]
 fn bad_input_is_one_line_naming_the_problem() {
     let tmp = tempdir("errors");
@@ -1003,6 +1164,7 @@ fn bad_input_is_one_line_naming_the_problem() {
     write("no-sentences.json", r#"{"texts": ["a"]}"#);
     write("no-sentences-2.json", r#"{"sentences": []}"#);
     write("sentences.json", r#"{"sentences": ["a"]}"#);
+    more_bad_inputs(&tmp, &folder);
 
     // Each case is a command line, split at spaces ('' is an empty argument), in which
     // {tmp} is the folder above and {gpt2}, {bert}, {vit}, {vit-cls} and {t5} are
@@ -1196,6 +1358,159 @@ fn bad_input_is_one_line_naming_the_problem() {
             "forward --model {gpt2} --input {tmp}/ids.json --output {tmp}/no/such/dir/out.json",
             "out.json: No such file or directory",
         ),
+        // Configs that name impossible models.
+        ("info --model {tmp}/zero-eps", "norm_eps must be > 0, got 0"),
+        ("info --model {tmp}/rope0", "rope_theta must be > 0, got 0"),
+        (
+            "info --model {tmp}/heads5",
+            "d_model 24 is not divisible by n_heads 5",
+        ),
+        ("info --model {tmp}/pos0", "max_len must be > 0, got 0"),
+        ("info --model {tmp}/vocab0", "vocab_size must be > 0, got 0"),
+        (
+            "info --model {tmp}/layers-str",
+            "invalid type: string \"two\", expected usize",
+        ),
+        (
+            "info --model {tmp}/deep",
+            "the decoder's weights would need ",
+        ),
+        ("info --model {tmp}/list", "config.json: no model_type"),
+        // Weights files that are not what they claim.
+        (
+            "info --model {tmp}/truncated",
+            "model.safetensors: not a readable checkpoint: SafeTensors error: invalid header \
+             length",
+        ),
+        (
+            "info --model {tmp}/huge-header",
+            "model.safetensors: not a readable checkpoint: SafeTensors error: header too large",
+        ),
+        (
+            "info --model {tmp}/nan --check",
+            "model.safetensors: 1 of 28 tensors hold non-finite values: transformer.ln_f.weight \
+             holds 24 non-finite values, the first NaN at flat index 0",
+        ),
+        (
+            "generate --model {tmp}/nan --prompt hi",
+            "the model's logits for position 2 are NaN (row 0, token id 0)",
+        ),
+        (
+            "info --model {tmp}/shard-escape",
+            "shard \"../../etc/passwd\" is not a file of this folder",
+        ),
+        (
+            "info --model {tmp}/shard-missing",
+            "model-00009-of-00002.safetensors: no such file",
+        ),
+        (
+            "embed --model {tmp}/st-escape --input {tmp}/sentences.json --output {tmp}/out.json",
+            "modules.json: module path \"../../x\" is not a folder inside the model's folder",
+        ),
+        (
+            "embed --model {tmp}/st-absolute --input {tmp}/sentences.json --output {tmp}/out.json",
+            "modules.json: module path \"/etc\" is not a folder inside the model's folder",
+        ),
+        // Tokenizer and generation files.
+        (
+            "generate --model {tmp}/no-tokenizer --prompt hi",
+            "tokenizer.json: no such file",
+        ),
+        (
+            "generate --model {tmp}/bad-tokenizer --prompt hi",
+            "tokenizer.json: EOF while parsing a value",
+        ),
+        (
+            "generate --model {tmp}/bad-generation-config --prompt hi",
+            "generation_config.json: invalid type: string \"x\", expected usize",
+        ),
+        // Sampling settings.
+        (
+            "generate --model {gpt2} --prompt hi --top-p 0",
+            "top_p must be in (0, 1], got 0",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --top-p 1.5",
+            "top_p must be in (0, 1], got 1.5",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --top-k 0",
+            "top_k must be >= 1, got 0",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --repetition-penalty 0",
+            "repetition_penalty must be > 0, got 0",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --stop ''",
+            "a --stop string is empty",
+        ),
+        (
+            "translate --model {t5} --text hi --temperature -1",
+            "--temperature must be >= 0, got -1",
+        ),
+        // Chat.
+        (
+            "chat --model {gpt2} --messages {tmp}/ids.json",
+            "has no chat template (tokenizer_config.json's chat_template or chat_template.jinja)",
+        ),
+        (
+            "chat --model {tmp}/chat --messages {tmp}/message-object.json --render",
+            "message-object.json: expected a list of {\"role\", \"content\"} messages",
+        ),
+        (
+            "chat --model {tmp}/chat --messages {tmp}/bad.json --render",
+            "bad.json: not valid JSON: EOF while parsing a list",
+        ),
+        // Input files.
+        (
+            "embed --model {st} --input {tmp}/sentence-number.json --output {tmp}/out.json",
+            "sentences[0] must be a string, got 1",
+        ),
+        (
+            "forward --model {gpt2} --input {tmp}/ids-scalar.json --output {tmp}/out.json",
+            "input_ids must be a list of lists of integers, [batch][length]",
+        ),
+        (
+            "forward --model {gpt2} --input {tmp}/ids-float.json --output {tmp}/out.json",
+            "input_ids[0][0] must be an integer, got 1.5",
+        ),
+        (
+            "forward --model {gpt2} --input {tmp}/ids-empty-row.json --output {tmp}/out.json",
+            "input_ids: row 0 is empty",
+        ),
+        (
+            "forward --model {gpt2} --input {tmp}/top-list.json --output {tmp}/out.json",
+            "the input must be a JSON object",
+        ),
+        (
+            "forward --model {vit} --input {tmp}/pixels-16.json --output {tmp}/out.json",
+            "image size 16x16 is not divisible by the patch size 6",
+        ),
+        (
+            "forward --model {t5} --input {tmp}/t5-past-vocab.json --output {tmp}/out.json",
+            "token id 5000 at batch row 0, position 1 is out of range for vocab_size 200",
+        ),
+        (
+            "forward --model {gpt2} --input {tmp} --output {tmp}/out.json",
+            "Is a directory",
+        ),
+        (
+            "info --model {gpt2}/config.json",
+            "config.json: no such model folder",
+        ),
+        (
+            "classify --model {vit-cls} --image {tmp}/not-an-image.png",
+            "not-an-image.png: Format error decoding Png",
+        ),
+        (
+            "classify --model {roberta-cls} --image {tmp}/not-an-image.png",
+            "RobertaForSequenceClassification classifies text: use --text",
+        ),
+        (
+            "info --model {gpt2} --device cuda",
+            "backend 'cuda' is not compiled into this build",
+        ),
     ];
     let folders = [
         ("{tmp}", tmp.clone()),
@@ -1204,6 +1519,8 @@ fn bad_input_is_one_line_naming_the_problem() {
         ("{vit}", fixture("zoo-vision", "vit-tiny")),
         ("{vit-cls}", fixture("zoo-vision", "vit-tiny-cls")),
         ("{t5}", fixture("zoo-seq2seq", "t5-tiny")),
+        ("{st}", fixture("zoo-encoder", "roberta-tiny-st")),
+        ("{roberta-cls}", fixture("zoo-encoder", "roberta-tiny-cls")),
     ];
     let expand = |line: &str| -> Vec<String> {
         let arg = |a: &str| {
@@ -1214,6 +1531,8 @@ fn bad_input_is_one_line_naming_the_problem() {
         };
         line.split(' ').map(arg).collect()
     };
+    assert!(cases.len() >= 80, "{} cases", cases.len());
+    let mut table = Vec::new();
     for (line, want) in cases {
         let argv = expand(line);
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -1247,6 +1566,15 @@ fn bad_input_is_one_line_naming_the_problem() {
         if !want.contains("missing:") && !want.contains("mis-shaped:") {
             assert_eq!(run.stderr.lines().count(), 1, "{argv:?}: {}", run.stderr);
         }
+        let shown = folders
+            .iter()
+            .fold(run.stderr.trim_end().to_string(), |m, (k, dir)| {
+                m.replace(dir.to_str().unwrap(), k)
+            });
+        table.push((line, shown));
+    }
+    if test_backend().as_str() == "flex" {
+        write_bad_input_table(&table);
     }
     // No output file was left behind, whole or partial.
     let left: Vec<_> = std::fs::read_dir(&tmp)

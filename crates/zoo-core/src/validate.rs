@@ -148,10 +148,18 @@ pub fn probabilities(fields: &[(&str, f64)]) -> Result {
 /// # Errors
 /// `"<name> must be > 0, got <value>"`.
 pub fn epsilon(name: &str, value: f64) -> Result {
-    if value.is_nan() || value <= 0.0 {
-        Err(ConfigError::range(name, "> 0", value))
-    } else {
+    positive_number(name, value)
+}
+
+/// A float setting (an epsilon, RoPE's base) that must be a positive, finite number.
+///
+/// # Errors
+/// `"<name> must be > 0, got <value>"`, for zero, a negative number, NaN or infinity.
+pub fn positive_number(name: &str, value: f64) -> Result {
+    if value > 0.0 && value.is_finite() {
         Ok(())
+    } else {
+        Err(ConfigError::range(name, "> 0", value))
     }
 }
 

@@ -248,6 +248,10 @@ impl DecoderConfig {
             ("max_len", self.max_len),
         ])?;
         validate::probabilities(&[("dropout", self.dropout)])?;
+        validate::epsilon("norm_eps", self.norm_eps)?;
+        if let PositionKind::Rope { theta, .. } = self.positions {
+            validate::positive_number("rope_theta", theta)?;
+        }
         // Before any size is derived from the config.
         let d_ff = self.d_ff.unwrap_or(self.d_model.saturating_mul(8) / 3);
         let (v, d, l) = (self.vocab_size, self.d_model, self.n_layers);
@@ -287,5 +291,34 @@ mod tests {
             assert!(e.contains("the decoder's weights would need"), "{e}");
         }
         assert!(DecoderConfig::new(300, 64, 2, 4, 128).validate().is_ok());
+    }
+
+    /// A norm epsilon or a RoPE base of zero, below, or not a finite number is refused
+    /// by name (a zero epsilon divides by zero in a norm of zeros; a zero base gives NaN
+    /// angles).
+    #[test]
+    fn norm_eps_and_rope_theta_must_be_positive_numbers() {
+        for eps in [0.0, -1e-5, f64::NAN, f64::INFINITY] {
+            let e = DecoderConfig::new(300, 64, 2, 4, 128)
+                .with_norm_eps(eps)
+                .validate()
+                .unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("invalid decoder config: norm_eps must be > 0, got {eps}")
+            );
+        }
+        for theta in [0.0, -10000.0, f64::NAN] {
+            let cfg = DecoderConfig::tiny_llama(300, 64).with_positions(PositionKind::Rope {
+                theta,
+                layout: RopeLayout::HalfSplit,
+            });
+            let e = cfg.validate().unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("invalid decoder config: rope_theta must be > 0, got {theta}")
+            );
+        }
+        assert!(DecoderConfig::tiny_llama(300, 64).validate().is_ok());
     }
 }

@@ -164,6 +164,14 @@ impl CargoEnv {
         command.envs(self.vars.iter().map(|(key, value)| (key, value)));
         command
     }
+
+    /// A built program of the workspace, with this environment (libtorch on the library
+    /// path).
+    pub(crate) fn run(&self, program: &Path) -> Command {
+        let mut command = Command::new(program);
+        command.envs(self.vars.iter().map(|(key, value)| (key, value)));
+        command
+    }
 }
 
 /// The variables cargo sets for the package it runs (`CARGO_PKG_NAME`,

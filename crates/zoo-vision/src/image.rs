@@ -93,6 +93,11 @@ fn half() -> Vec<f32> {
     vec![0.5; 3]
 }
 
+/// The largest height or width a `preprocessor_config.json` may resize to: far above
+/// any vision transformer's input (224 to 1024), and far below a size whose resized
+/// image alone would exhaust memory (a side of 2^32 asked for 171 GB).
+pub const MAX_SIDE: usize = 16384;
+
 /// How images become pixel values: HF's `ViTImageProcessor` settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageProcessor {
@@ -150,6 +155,12 @@ impl ImageProcessor {
                     .map(|v| v as usize)
             };
             match (side("height"), side("width")) {
+                (Some(h), Some(w)) if h > MAX_SIDE || w > MAX_SIDE => {
+                    return Err(VisionError::Image(format!(
+                        "size {h}x{w} is larger than the {MAX_SIDE} pixels a side an image \
+                         may be resized to"
+                    )));
+                }
                 (Some(h), Some(w)) => Some((h, w)),
                 _ => {
                     return Err(VisionError::Image(format!(
@@ -326,6 +337,13 @@ mod tests {
             (
                 r#"{"do_resize": false, "image_std": [0.5, 0, 0.5]}"#,
                 "image_std 0 cannot divide pixel values",
+            ),
+            // Found by the fuzzer: resizing to this aborted the process on a 171 GB
+            // allocation.
+            (
+                r#"{"size": {"height": 4294967296, "width": 224}}"#,
+                "size 4294967296x224 is larger than the 16384 pixels a side an image may be \
+                 resized to",
             ),
         ] {
             let e = ImageProcessor::from_json(json).unwrap_err();

@@ -30,8 +30,7 @@ impl LmTokenizer {
         if !path.is_file() {
             return Err(tok_err(&path.display().to_string(), "no such file"));
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| tok_err(&path.display().to_string(), e))?;
+        let inner = super::read_tokenizer_json(path)?;
         Ok(Self { inner })
     }
 

@@ -27,3 +27,28 @@ pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
 fn tok_err(what: &str, e: impl std::fmt::Display) -> TokenizerError {
     TokenizerError(format!("{what}: {e}"))
 }
+
+/// Reads a `tokenizer.json` through the `tokenizers` crate, which panics on some
+/// malformed files (a decoder cut short ends in its `expect("Helper")`): the JSON's
+/// syntax is checked here first, and a panic left in the crate is caught, so a bad file
+/// is an error that names it.
+fn read_tokenizer_json(path: &std::path::Path) -> Result<tokenizers::Tokenizer> {
+    let what = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| tok_err(&what, e))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(&text)
+        .map_err(|e| tok_err(&what, format!("not valid JSON: {e}")))?;
+    match std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>()) {
+        Ok(parsed) => parsed.map_err(|e| tok_err(&what, e)),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            Err(tok_err(
+                &what,
+                format!("the tokenizers library cannot read it ({why})"),
+            ))
+        }
+    }
+}

@@ -143,8 +143,7 @@ impl BertTokenizer {
     /// tokens.
     pub fn from_file(path: impl AsRef<Path>, max_len: usize) -> Result<Self> {
         let path = path.as_ref();
-        let inner =
-            Tokenizer::from_file(path).map_err(|e| tok_err(&path.display().to_string(), e))?;
+        let inner = super::read_tokenizer_json(path)?;
         Self::wrap(inner, max_len)
     }
 

@@ -103,10 +103,7 @@ pub fn config_json(bytes: &[u8]) -> Outcome {
 pub fn safetensors(bytes: &[u8]) -> Outcome {
     let dir = scratch("weights");
     write(&dir, "model.safetensors", bytes);
-    let file = zoo_core::WeightsFile::find(&dir).map_err(message)?;
-    file.contents().map_err(message)?;
-    file.non_finite().map_err(message)?;
-    Ok(())
+    weights_in(&dir)
 }
 
 /// `model.safetensors.index.json` beside one sound shard, `model-00001-of-00002.
@@ -115,8 +112,14 @@ pub fn shard_index(bytes: &[u8], shard: &[u8]) -> Outcome {
     let dir = scratch("index");
     write(&dir, "model.safetensors.index.json", bytes);
     write(&dir, "model-00001-of-00002.safetensors", shard);
-    let file = zoo_core::WeightsFile::find(&dir).map_err(message)?;
+    weights_in(&dir)
+}
+
+/// The weights of `dir` as `zoo info --check` reads them.
+fn weights_in(dir: &Path) -> Outcome {
+    let file = zoo_core::WeightsFile::find(dir).map_err(message)?;
     file.contents().map_err(message)?;
+    file.non_finite().map_err(message)?;
     Ok(())
 }
 

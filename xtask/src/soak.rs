@@ -188,19 +188,8 @@ pub(crate) fn soak(args: &[String]) -> Result<bool> {
     let soak = Soak::parse(args)?;
     let venv = setup()?;
     let cargo_env = CargoEnv::new(&venv)?;
-    let build = [
-        "build",
-        "--release",
-        "--workspace",
-        "--bins",
-        "--features",
-        MATRIX_FEATURES,
-    ];
-    run_checked(&mut cargo_env.cargo(build), "build of zoo-train-toy")?;
-    let target = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let toy = target.join("release/zoo-train-toy");
+    // The workspace's programs, built as the tests build them.
+    let toy = build_bench_programs(&cargo_env)?.join("zoo-train-toy");
     let root = env::temp_dir().join(format!("zoo-soak-{}", std::process::id()));
     fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
     let command = |dir: &Path| {

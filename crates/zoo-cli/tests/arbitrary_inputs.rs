@@ -248,7 +248,7 @@ fn found_inputs_stay_fixed() {
                     entry::sentence_files(
                         modules,
                         pooling.get(1..).unwrap_or_default(),
-                        &repo().join("crates/zoo-encoder/tests/fixtures/roberta-tiny-st"),
+                        &repo().join(ST),
                     )
                 }
                 "cli_input" => entry::cli_input(&bytes),
@@ -277,11 +277,10 @@ fn the_seeds_are_accepted() {
     ))
     .unwrap();
     entry::cli_input(br#"{"input_ids": [[1, 2]], "attention_mask": [[1, 1]]}"#).unwrap();
-    let st = "crates/zoo-encoder/tests/fixtures/roberta-tiny-st";
     entry::sentence_files(
-        &read(&format!("{st}/modules.json")),
-        &read(&format!("{st}/1_Pooling/config.json")),
-        &repo().join(st),
+        &read(&format!("{ST}/modules.json")),
+        &read(&format!("{ST}/1_Pooling/config.json")),
+        &repo().join(ST),
     )
     .unwrap();
     entry::image(&read(
@@ -300,109 +299,114 @@ fn the_seeds_are_accepted() {
     assert!(entry::config_json(cfg.to_string().as_bytes()).is_err());
 }
 
-proptest! {
-    #![proptest_config(cases(256))]
-
-    #[test]
-    fn any_config_json_is_read_or_refused_in_one_line(
-        bytes in mutations(
-            [
-                config_seeds(),
-                vec![read("crates/zoo-decoder/tests/fixtures/gpt2-tiny/generation_config.json")],
-            ]
-            .concat(),
-            &["rope_scaling", "head_dim", "sliding_window", "id2label"],
-        )
-    ) {
-        one_line(entry::config_json(&bytes))?;
-    }
-
-    #[test]
-    fn any_cli_input_is_read_or_refused_in_one_line(
-        bytes in mutations(
-            vec![
-                br#"{"input_ids": [[1, 2, 3], [4, 5, 6]], "attention_mask": [[1, 1, 1], [0, 1, 1]]}"#.to_vec(),
-                br#"{"input_ids": [[1, 2]], "decoder_input_ids": [[0, 3]], "token_type_ids": [[0, 0]]}"#.to_vec(),
-                br#"{"pixel_values": [[[[0.5, 0.25], [0.0, 1.0]]]], "interpolate_pos_encoding": true}"#.to_vec(),
-                br#"{"sentences": ["a", "b c"]}"#.to_vec(),
-            ],
-            &["input_ids", "pixel_values", "sentences"],
-        )
-    ) {
-        one_line(entry::cli_input(&bytes))?;
-    }
-
-    #[test]
-    fn any_train_config_is_read_or_refused_in_one_line(
-        bytes in mutations(train_seeds(), &["length", "batch_size", "lr", "grad_clip", "devices"])
-    ) {
-        one_line(entry::train_config(&bytes))?;
+/// Runs `entry` on `cases` inputs drawn from `inputs`; with `one_line_errors`, every
+/// error must be one line (tensor reports list a tensor per line, so the weights' may
+/// not be).
+fn check<S: Strategy>(
+    inputs: S,
+    cases_: u32,
+    one_line_errors: bool,
+    entry: impl Fn(S::Value) -> entry::Outcome,
+) {
+    let mut runner = proptest::test_runner::TestRunner::new(cases(cases_));
+    let outcome = runner.run(&inputs, |input| {
+        let outcome = entry(input);
+        if one_line_errors {
+            one_line(outcome)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
     }
 }
 
-proptest! {
-    #![proptest_config(cases(96))]
+const ST: &str = "crates/zoo-encoder/tests/fixtures/roberta-tiny-st";
+const SHARDED: &str = "crates/zoo-encoder/tests/fixtures/bert-tiny-sharded";
 
-    #[test]
-    fn any_safetensors_file_or_shard_index_is_read_or_refused(
-        bytes in mutations(
-            vec![read("crates/zoo-decoder/tests/fixtures/gpt2-tiny/model.safetensors")],
-            &[],
-        ),
-        index in mutations(
-            vec![read("crates/zoo-encoder/tests/fixtures/bert-tiny-sharded/model.safetensors.index.json")],
-            &["weight_map", "metadata"],
-        ),
-    ) {
-        // Tensor reports list a tensor per line: these errors may be several lines.
-        let _ = entry::safetensors(&bytes);
-        let shard = read("crates/zoo-encoder/tests/fixtures/bert-tiny-sharded/model-00001-of-00002.safetensors");
-        let _ = entry::shard_index(&index, &shard);
-    }
-
-    #[test]
-    fn any_tokenizer_json_is_read_or_refused(
-        bytes in mutations(
-            vec![
-                read("crates/zoo-decoder/tests/fixtures/gpt2-tiny/tokenizer.json"),
-                read("crates/zoo-encoder/tests/fixtures/roberta-tiny/tokenizer.json"),
-            ],
-            &["model", "added_tokens", "normalizer", "decoder"],
-        )
-    ) {
-        let _ = entry::tokenizer_json(&bytes);
-    }
-
-    #[test]
-    fn any_image_or_preprocessor_config_is_read_or_refused(
-        bytes in mutations(
-            vec![
-                read("crates/zoo-vision/tests/fixtures/images/gradient.png"),
-                read("crates/zoo-vision/tests/fixtures/images/gradient.jpg"),
-                read("crates/zoo-vision/tests/fixtures/images/preprocessor_config.json"),
-            ],
-            &["size", "crop_size", "resample", "image_mean"],
-        )
-    ) {
-        let _ = entry::image(&bytes);
-    }
+#[test]
+fn any_config_json_is_read_or_refused_in_one_line() {
+    let seeds = [
+        config_seeds(),
+        vec![read(
+            "crates/zoo-decoder/tests/fixtures/gpt2-tiny/generation_config.json",
+        )],
+    ]
+    .concat();
+    let extra = &["rope_scaling", "head_dim", "sliding_window", "id2label"];
+    check(mutations(seeds, extra), 256, true, |b| {
+        entry::config_json(&b)
+    });
 }
 
-proptest! {
-    #![proptest_config(cases(24))]
+#[test]
+fn any_cli_input_is_read_or_refused_in_one_line() {
+    let seeds = [
+        r#"{"input_ids": [[1, 2, 3], [4, 5, 6]], "attention_mask": [[1, 1, 1], [0, 1, 1]]}"#,
+        r#"{"input_ids": [[1, 2]], "decoder_input_ids": [[0, 3]], "token_type_ids": [[0, 0]]}"#,
+        r#"{"pixel_values": [[[[0.5, 0.25], [0.0, 1.0]]]], "interpolate_pos_encoding": true}"#,
+        r#"{"sentences": ["a", "b c"]}"#,
+    ];
+    let seeds = seeds.iter().map(|s| s.as_bytes().to_vec()).collect();
+    let extra = &["input_ids", "pixel_values", "sentences"];
+    check(mutations(seeds, extra), 256, true, |b| entry::cli_input(&b));
+}
 
-    #[test]
-    fn any_sentence_transformers_files_are_read_or_refused(
-        modules in mutations(
-            vec![read("crates/zoo-encoder/tests/fixtures/roberta-tiny-st/modules.json")],
-            &[],
-        ),
-        pooling in mutations(
-            vec![read("crates/zoo-encoder/tests/fixtures/roberta-tiny-st/1_Pooling/config.json")],
+#[test]
+fn any_train_config_is_read_or_refused_in_one_line() {
+    let extra = &["length", "batch_size", "lr", "grad_clip", "devices"];
+    check(mutations(train_seeds(), extra), 256, true, |b| {
+        entry::train_config(&b)
+    });
+}
+
+#[test]
+fn any_safetensors_file_or_shard_index_is_read_or_refused() {
+    let weights = read("crates/zoo-decoder/tests/fixtures/gpt2-tiny/model.safetensors");
+    let index = read(&format!("{SHARDED}/model.safetensors.index.json"));
+    let shard = read(&format!("{SHARDED}/model-00001-of-00002.safetensors"));
+    let inputs = (
+        mutations(vec![weights], &[]),
+        mutations(vec![index], &["weight_map", "metadata"]),
+    );
+    check(inputs, 96, false, |(weights, index)| {
+        entry::safetensors(&weights).and(entry::shard_index(&index, &shard))
+    });
+}
+
+#[test]
+fn any_tokenizer_json_is_read_or_refused() {
+    let seeds = vec![
+        read("crates/zoo-decoder/tests/fixtures/gpt2-tiny/tokenizer.json"),
+        read("crates/zoo-encoder/tests/fixtures/roberta-tiny/tokenizer.json"),
+    ];
+    let extra = &["model", "added_tokens", "normalizer", "decoder"];
+    check(mutations(seeds, extra), 96, false, |b| {
+        entry::tokenizer_json(&b)
+    });
+}
+
+#[test]
+fn any_image_or_preprocessor_config_is_read_or_refused() {
+    let seeds = ["gradient.png", "gradient.jpg", "preprocessor_config.json"]
+        .iter()
+        .map(|f| read(&format!("crates/zoo-vision/tests/fixtures/images/{f}")))
+        .collect();
+    let extra = &["size", "crop_size", "resample", "image_mean"];
+    check(mutations(seeds, extra), 96, false, |b| entry::image(&b));
+}
+
+#[test]
+fn any_sentence_transformers_files_are_read_or_refused() {
+    let inputs = (
+        mutations(vec![read(&format!("{ST}/modules.json"))], &[]),
+        mutations(
+            vec![read(&format!("{ST}/1_Pooling/config.json"))],
             &["pooling_mode_cls_token", "word_embedding_dimension"],
         ),
-    ) {
-        let model = repo().join("crates/zoo-encoder/tests/fixtures/roberta-tiny-st");
-        one_line(entry::sentence_files(&modules, &pooling, &model))?;
-    }
+    );
+    let model = repo().join(ST);
+    check(inputs, 24, true, |(modules, pooling)| {
+        entry::sentence_files(&modules, &pooling, &model)
+    });
 }

@@ -78,10 +78,7 @@ impl LmTokenizer {
     }
 
     fn encode_ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<usize>> {
-        let enc = self
-            .inner
-            .encode(text, add_special_tokens)
-            .map_err(|e| tok_err("encode", e))?;
+        let enc = super::guarded("encode", || self.inner.encode(text, add_special_tokens))?;
         Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
     }
 
@@ -111,9 +108,7 @@ impl LmTokenizer {
             ));
         }
         let ids: Vec<u32> = ids.iter().map(|&id| id as u32).collect();
-        self.inner
-            .decode(&ids, true)
-            .map_err(|e| tok_err("decode", e))
+        super::guarded("decode", || self.inner.decode(&ids, true))
     }
 }
 
@@ -187,5 +182,37 @@ impl<'a> TextStream<'a> {
     /// An id outside the vocabulary.
     pub fn text(&self) -> Result<String> {
         self.tokenizer.decode(&self.ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fuzz_input(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz/regressions/tokenizer_json")
+            .join(name)
+    }
+
+    /// Two files the fuzzer found: the `tokenizers` crate panics on each, and the zoo
+    /// returns an error that names the file or the step instead.
+    #[test]
+    fn files_that_crash_the_tokenizers_crate_are_errors() {
+        let cut = fuzz_input("decoder-cut-short.json");
+        let e = LmTokenizer::from_file(&cut).unwrap_err().to_string();
+        assert!(
+            e.contains("decoder-cut-short.json: not valid JSON: EOF while parsing"),
+            "{e}"
+        );
+        // A Strip decoder that strips 5 characters from the end of each token: a token
+        // of fewer characters, all of them the stripped one, underflows in `tokenizers`.
+        let tok = LmTokenizer::from_file(fuzz_input("strip-stop-past-token.json")).unwrap();
+        let space = tok.encode_plain(" ").unwrap();
+        let e = tok.decode(&space).unwrap_err().to_string();
+        assert!(
+            e.starts_with("tokenizer: decode: the tokenizers library failed on this tokenizer"),
+            "{e}"
+        );
     }
 }

@@ -28,17 +28,16 @@ fn tok_err(what: &str, e: impl std::fmt::Display) -> TokenizerError {
     TokenizerError(format!("{what}: {e}"))
 }
 
-/// Reads a `tokenizer.json` through the `tokenizers` crate, which panics on some
-/// malformed files (a decoder cut short ends in its `expect("Helper")`): the JSON's
-/// syntax is checked here first, and a panic left in the crate is caught, so a bad file
-/// is an error that names it.
-fn read_tokenizer_json(path: &std::path::Path) -> Result<tokenizers::Tokenizer> {
-    let what = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| tok_err(&what, e))?;
-    serde_json::from_str::<serde::de::IgnoredAny>(&text)
-        .map_err(|e| tok_err(&what, format!("not valid JSON: {e}")))?;
-    match std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>()) {
-        Ok(parsed) => parsed.map_err(|e| tok_err(&what, e)),
+/// Runs `call` into the `tokenizers` crate, turning a panic in it into an error that
+/// names `what`. That crate panics on some files it accepts: a `Strip` decoder whose
+/// `stop` passes a token's length underflows when it decodes (found by the fuzzer), and
+/// a decoder cut short ends in its `expect("Helper")`.
+fn guarded<T, E: std::fmt::Display>(
+    what: &str,
+    call: impl FnOnce() -> std::result::Result<T, E>,
+) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+        Ok(result) => result.map_err(|e| tok_err(what, e)),
         Err(panic) => {
             let why = panic
                 .downcast_ref::<&str>()
@@ -46,9 +45,19 @@ fn read_tokenizer_json(path: &std::path::Path) -> Result<tokenizers::Tokenizer> 
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "no message".into());
             Err(tok_err(
-                &what,
-                format!("the tokenizers library cannot read it ({why})"),
+                what,
+                format!("the tokenizers library failed on this tokenizer ({why})"),
             ))
         }
     }
+}
+
+/// Reads a `tokenizer.json` through the `tokenizers` crate, its JSON syntax checked first
+/// and a panic in that crate caught, so a bad file is an error that names it.
+fn read_tokenizer_json(path: &std::path::Path) -> Result<tokenizers::Tokenizer> {
+    let what = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| tok_err(&what, e))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(&text)
+        .map_err(|e| tok_err(&what, format!("not valid JSON: {e}")))?;
+    guarded(&what, || text.parse::<tokenizers::Tokenizer>())
 }

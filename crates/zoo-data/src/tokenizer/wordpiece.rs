@@ -321,10 +321,7 @@ impl BertTokenizer {
     }
 
     fn run(&self, inputs: Vec<EncodeInput<'_>>) -> Result<Vec<Encoding>> {
-        let encoded = self
-            .inner
-            .encode_batch(inputs, true)
-            .map_err(|e| tok_err("encoding", e))?;
+        let encoded = super::guarded("encoding", || self.inner.encode_batch(inputs, true))?;
         Ok(encoded.iter().map(|e| self.convert(e)).collect())
     }
 
@@ -395,8 +392,6 @@ impl BertTokenizer {
     /// # Errors
     /// The tokenizer's own failures.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| tok_err("decoding", e))
+        super::guarded("decoding", || self.inner.decode(ids, true))
     }
 }

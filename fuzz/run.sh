@@ -20,9 +20,9 @@ run_one() {
     local target=$1
     mkdir -p "corpus/$target"
     cp -n "seeds/$target/"* "corpus/$target/" 2>/dev/null || true
-    # 2 GiB of memory and 10 s per input: past either is a finding.
+    # 2 GiB of memory and 30 s per input (several targets share the cores): past either is a finding.
     cargo +nightly fuzz run --sanitizer none "$target" "corpus/$target" -- \
-        -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+        -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
         > "logs/$target.log" 2>&1 || echo "fuzz/run.sh: $target stopped on a finding (logs/$target.log)"
     grep -E "stat::number_of_executed_units|stat::peak_rss_mb|Done [0-9]+ runs" "logs/$target.log" | sed "s/^/$target: /" || true
 }

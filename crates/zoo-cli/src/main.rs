@@ -400,6 +400,9 @@ fn classify(
     };
     let input = match (classifier.modality(), image, text) {
         (Modality::Image, Some(path), None) => ClassifyInput::Image(path),
+        (Modality::Text, None, Some("")) => {
+            return Err(CliError::Input("the text is empty".into()));
+        }
         (Modality::Text, None, Some(text)) => ClassifyInput::Text(text),
         (Modality::Image, ..) => {
             return Err(CliError::Input(format!(

@@ -1511,6 +1511,10 @@ fn bad_input_is_one_line_naming_the_problem() {
             "info --model {gpt2} --device cuda",
             "backend 'cuda' is not compiled into this build",
         ),
+        (
+            "classify --model {roberta-cls} --text ''",
+            "the text is empty",
+        ),
     ];
     let folders = [
         ("{tmp}", tmp.clone()),

@@ -92,6 +92,7 @@ enum Runtime {
     /// A device that `--device <name>` selects.
     Named(BackendName),
     /// libtorch on a device the zoo has no name for (MPS, Vulkan).
+    #[cfg_attr(not(feature = "tch"), allow(dead_code))] // only libtorch builds have one
     OtherLibTorch,
     /// Any other device Burn knows.
     Other,

@@ -62,13 +62,9 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
         let path = self.path(epoch);
         let tmp = durable::partial_path(&path);
         record.save(tmp.clone())?;
-        // The checksum reaches the disk first: a checkpoint under its final name always
-        // has its checksum beside it.
-        let crc = crc32_of(&tmp).map_err(CheckpointerError::IOError)?;
-        durable::sync_file(&tmp)
-            .and_then(|()| durable::write_atomic(&checksum_path(&path), crc.as_bytes()))
-            .and_then(|()| durable::commit(&[(tmp, path)]))
-            .map_err(|e| CheckpointerError::IOError(e.source))
+        prepare(&tmp, &path)
+            .and_then(|()| durable::commit(&[(tmp, path)]).map_err(|e| e.source))
+            .map_err(CheckpointerError::IOError)
     }
 
     fn restore(&self, epoch: usize) -> std::result::Result<R, CheckpointerError> {
@@ -84,6 +80,23 @@ impl<R: Checkpoint> Checkpointer<R> for AtomicFileCheckpointer {
         }
         Ok(())
     }
+}
+
+/// Everything before the rename that puts the written file `tmp` at `path`: it is synced,
+/// an earlier file at `path` is removed, and the new file's checksum written beside it.
+/// A round is written again when a resumed run redoes the rounds after its checkpoint;
+/// removing the old file first means a file under its final name matches the checksum
+/// beside it whenever a kill comes (the soak found an old file beside a new checksum,
+/// killed between the two).
+fn prepare(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    let crc = crc32_of(tmp)?;
+    durable::sync_file(tmp).map_err(|e| e.source)?;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    durable::write_atomic(&checksum_path(path), crc.as_bytes()).map_err(|e| e.source)
 }
 
 /// Why a round's checkpoint cannot be resumed from, in words, or `None` when its three
@@ -106,6 +119,9 @@ fn damage(dir: &Path, epoch: usize) -> Option<String> {
                     "{name} fails its checksum (CRC-32 {got}, written as {})",
                     want.trim()
                 ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Some(format!("{name} is missing"));
             }
             Err(e) => return Some(format!("{name} cannot be read: {e}")),
         }
@@ -155,9 +171,73 @@ pub fn last_complete_checkpoint(artifact_dir: &Path) -> Option<usize> {
     None
 }
 
+/// Removes the temporary files that writes cut short by a kill left in the run's folder
+/// and its `checkpoint/` (`.NAME.partial`, see [`durable::partial_path`]): they are never
+/// read, only written again. Called with the run's lock held, so no write is under way.
+/// Returns how many were removed.
+pub(crate) fn remove_partial_writes(artifact_dir: &Path) -> usize {
+    let mut removed = 0;
+    for dir in [artifact_dir.to_path_buf(), artifact_dir.join("checkpoint")] {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.')
+                && name.ends_with(".partial")
+                && std::fs::remove_file(entry.path()).is_ok()
+            {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A round written again and killed before its rename: the old file is gone, not
+    /// left beside the new file's checksum, so the round reads as incomplete (the run
+    /// resumes from the round before) and no file under its final name fails its
+    /// checksum.
+    #[test]
+    fn a_round_written_again_and_killed_before_the_rename_is_incomplete() {
+        let root = std::env::temp_dir().join(format!("zoo-train-again-{}", std::process::id()));
+        let dir = root.join("checkpoint");
+        std::fs::remove_dir_all(&root).ok();
+        std::fs::create_dir_all(&dir).unwrap();
+        for epoch in 1..=2 {
+            write_round(&dir, epoch);
+        }
+        let optim = part_path(&dir, "optim", 2);
+        let tmp = durable::partial_path(&optim);
+        std::fs::write(&tmp, "optim of round 2, written again").unwrap();
+        prepare(&tmp, &optim).unwrap(); // the kill comes here, before the rename
+        assert_eq!(damage(&dir, 2).unwrap(), "optim-2.bpk is missing");
+        assert_eq!(last_complete_checkpoint(&root), Some(1));
+        durable::commit(&[(tmp, optim)]).unwrap();
+        assert_eq!(damage(&dir, 2), None);
+        std::fs::remove_dir_all(&root).ok();
+    }
+
+    #[test]
+    fn writes_cut_short_are_removed_and_nothing_else() {
+        let root = std::env::temp_dir().join(format!("zoo-train-partial-{}", std::process::id()));
+        let dir = root.join("checkpoint");
+        std::fs::remove_dir_all(&root).ok();
+        std::fs::create_dir_all(&dir).unwrap();
+        write_round(&dir, 1);
+        let cut = durable::partial_path(&part_path(&dir, "model", 2));
+        std::fs::write(&cut, "half a checkpoint").unwrap();
+        let csv = durable::partial_path(&root.join("metrics.csv"));
+        std::fs::write(&csv, "epoch,").unwrap();
+        std::fs::write(root.join("metrics.csv"), "epoch\n1\n").unwrap();
+        assert_eq!(remove_partial_writes(&root), 2);
+        assert!(!cut.exists() && !csv.exists());
+        assert!(root.join("metrics.csv").exists());
+        assert_eq!(last_complete_checkpoint(&root), Some(1));
+        assert_eq!(remove_partial_writes(&root), 0);
+        std::fs::remove_dir_all(&root).ok();
+    }
 
     /// Writes round `epoch`'s three files with their checksums, as `save` does.
     fn write_round(dir: &Path, epoch: usize) {

@@ -22,7 +22,7 @@ use burn::train::{
     MultiDeviceOptim, SequenceOutput, StoppingCondition, SupervisedTraining, TrainStep,
 };
 
-use crate::checkpoint::{AtomicFileCheckpointer, last_complete_checkpoint};
+use crate::checkpoint::{AtomicFileCheckpointer, last_complete_checkpoint, remove_partial_writes};
 use crate::config::{RunLength, Strategy, TrainConfig};
 use crate::error::{Result, TrainError, io_err, write_atomic};
 use crate::loader::{PassesDataset, RoundLoader, RoundWindow};
@@ -481,6 +481,13 @@ fn start_run(
         )));
     }
     let lock = lock_run(&dir)?;
+    let cut_short = remove_partial_writes(&dir);
+    if cut_short > 0 {
+        log::info!(
+            "removed {cut_short} file(s) of writes cut short in {}",
+            dir.display()
+        );
+    }
     let start_epoch = if resume {
         last_complete_checkpoint(&dir)
     } else {

@@ -65,23 +65,21 @@ pub fn config_json(bytes: &[u8]) -> Outcome {
     let detected = zoo_hub::Detected::new(&dir).map_err(message)?;
     // A classifier's head is sized by its labels.
     let classifier = detected.architecture.name.ends_with("Classification");
-    match detected.architecture.model_type {
+    let labels = match detected.architecture.model_type {
         "bert" | "roberta" => {
-            let cfg: zoo_encoder::BertConfig =
-                checkpoint::read_valid_config(&dir, zoo_encoder::BertConfig::validate)
-                    .map_err(message)?;
-            if classifier {
-                checkpoint::num_labels(&dir, &cfg.labels()).map_err(message)?;
-            }
+            checkpoint::read_valid_config(&dir, zoo_encoder::BertConfig::validate)
+                .map(|c: zoo_encoder::BertConfig| c.labels())
         }
-        "vit" => {
-            let cfg: zoo_vision::ViTConfig =
-                checkpoint::read_valid_config(&dir, zoo_vision::ViTConfig::validate)
-                    .map_err(message)?;
-            if classifier {
-                checkpoint::num_labels(&dir, &cfg.labels()).map_err(message)?;
-            }
-        }
+        "vit" => checkpoint::read_valid_config(&dir, zoo_vision::ViTConfig::validate)
+            .map(|c: zoo_vision::ViTConfig| c.labels()),
+        _ => Ok(Vec::new()),
+    }
+    .map_err(message)?;
+    if classifier {
+        checkpoint::num_labels(&dir, &labels).map_err(message)?;
+    }
+    match detected.architecture.model_type {
+        "bert" | "roberta" | "vit" => {}
         "t5" => {
             checkpoint::read_valid_config(&dir, zoo_seq2seq::T5Config::validate)
                 .map_err(message)?;

@@ -201,10 +201,7 @@ mod tests {
     /// checksum.
     #[test]
     fn a_round_written_again_and_killed_before_the_rename_is_incomplete() {
-        let root = std::env::temp_dir().join(format!("zoo-train-again-{}", std::process::id()));
-        let dir = root.join("checkpoint");
-        std::fs::remove_dir_all(&root).ok();
-        std::fs::create_dir_all(&dir).unwrap();
+        let (root, dir) = fresh_run("zoo-train-again");
         for epoch in 1..=2 {
             write_round(&dir, epoch);
         }
@@ -221,10 +218,7 @@ mod tests {
 
     #[test]
     fn writes_cut_short_are_removed_and_nothing_else() {
-        let root = std::env::temp_dir().join(format!("zoo-train-partial-{}", std::process::id()));
-        let dir = root.join("checkpoint");
-        std::fs::remove_dir_all(&root).ok();
-        std::fs::create_dir_all(&dir).unwrap();
+        let (root, dir) = fresh_run("zoo-train-partial");
         write_round(&dir, 1);
         let cut = durable::partial_path(&part_path(&dir, "model", 2));
         std::fs::write(&cut, "half a checkpoint").unwrap();
@@ -239,6 +233,15 @@ mod tests {
         std::fs::remove_dir_all(&root).ok();
     }
 
+    /// An empty run folder `root` for one test, and its `checkpoint/` folder.
+    fn fresh_run(name: &str) -> (PathBuf, PathBuf) {
+        let root = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::remove_dir_all(&root).ok();
+        let dir = root.join("checkpoint");
+        std::fs::create_dir_all(&dir).unwrap();
+        (root, dir)
+    }
+
     /// Writes round `epoch`'s three files with their checksums, as `save` does.
     fn write_round(dir: &Path, epoch: usize) {
         for part in PARTS {
@@ -250,10 +253,7 @@ mod tests {
 
     #[test]
     fn a_damaged_or_incomplete_last_round_falls_back_to_the_one_before() {
-        let root = std::env::temp_dir().join(format!("zoo-train-ckpt-{}", std::process::id()));
-        let dir = root.join("checkpoint");
-        std::fs::remove_dir_all(&root).ok();
-        std::fs::create_dir_all(&dir).unwrap();
+        let (root, dir) = fresh_run("zoo-train-ckpt");
         for epoch in 1..=3 {
             write_round(&dir, epoch);
         }

@@ -9,6 +9,7 @@
 //! ```sh
 //! cargo run --release --example bert-mlm     # optional: the pretrained checkpoint
 //! cargo run --release --example genre
+//! cargo run --release --example genre -- --write-csv artifacts/genre-csv   # for zoo train
 //! ```
 
 use std::path::PathBuf;
@@ -58,6 +59,10 @@ struct Args {
     /// Replace an earlier run in the artifact folder.
     #[arg(long)]
     overwrite: bool,
+    /// Write the split's passages as DIR/train.csv, valid.csv and test.csv (columns
+    /// text, label) for `zoo train --task classification`, and stop.
+    #[arg(long, value_name = "DIR")]
+    write_csv: Option<PathBuf>,
 }
 
 const GENRES: [&str; 3] = ["comedy", "history", "tragedy"];
@@ -186,6 +191,25 @@ fn run(args: Args) -> Result<(), Error> {
         test_items.len(),
         model.num_params()
     );
+
+    if let Some(dir) = &args.write_csv {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for (name, items) in [
+            ("train", &train_items),
+            ("valid", &valid_items),
+            ("test", &test_items),
+        ] {
+            let path = dir.join(format!("{name}.csv"));
+            let mut csv = String::from("text,label\n");
+            for item in items.iter() {
+                let text = tok.decode(&item.passage.ids)?.replace('"', "\"\"");
+                csv.push_str(&format!("\"{text}\",{}\n", GENRES[item.label]));
+            }
+            zoo_train::write_atomic(&path, csv.as_bytes())?;
+            println!("wrote {} ({} passages)", path.display(), items.len());
+        }
+        return Ok(());
+    }
 
     let mut cfg = TrainConfig::new(args.epochs, &args.artifacts);
     cfg.batch_size = args.batch;

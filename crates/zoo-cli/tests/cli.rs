@@ -17,73 +17,8 @@ use zoo_device::testing::max_abs_diff_slices;
 use zoo_device::{test_backend, test_device};
 use zoo_vision::{ImageInput, ImageProcessor, ViTForImageClassification};
 
-fn crates() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn fixture(family: &str, name: &str) -> PathBuf {
-    crates().join(family).join("tests/fixtures").join(name)
-}
-
-fn gpt2() -> PathBuf {
-    fixture("zoo-decoder", "gpt2-tiny")
-}
-
-struct Run {
-    status: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `zoo ARGS --device <backend under test>`.
-fn zoo(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_zoo"))
-        .args(args)
-        .args(["--device", test_backend().as_str()])
-        .output()
-        .expect("the zoo binary runs");
-    Run::of(out)
-}
-
-impl Run {
-    /// The run's status and output. On a machine without a display, the Vulkan loader
-    /// under wgpu prints a line about `XDG_RUNTIME_DIR` to stderr itself; it is not the
-    /// zoo's, and is left out.
-    fn of(out: std::process::Output) -> Self {
-        let stderr = String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .filter(|l| !l.contains("XDG_RUNTIME_DIR"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        Self {
-            status: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr,
-        }
-    }
-}
-
-fn ok(args: &[&str]) -> Run {
-    let run = zoo(args);
-    assert_eq!(run.status, Some(0), "{args:?} failed:\n{}", run.stderr);
-    run
-}
-
-/// Runs `zoo COMMAND --model DIR ARGS` and checks that it succeeded.
-fn ok_on(command: &str, dir: &Path, args: &[&str]) -> Run {
-    let mut all = vec![command, "--model", dir.to_str().unwrap()];
-    all.extend_from_slice(args);
-    ok(&all)
-}
-
-/// A fresh folder for one test.
-fn tempdir(name: &str) -> PathBuf {
-    zoo_fixtures::tempdir("cli", name)
-}
-
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+mod support;
+use support::*;
 
 fn flat(v: &Value) -> Vec<f32> {
     match v {
@@ -937,6 +872,23 @@ type FolderMaker<'a> = dyn Fn(&str, &dyn Fn(&mut Value), bool) + 'a;
 /// weights.
 fn more_bad_inputs(tmp: &Path, folder: &FolderMaker<'_>) {
     let write = |name: &str, text: &str| std::fs::write(tmp.join(name), text).unwrap();
+    // zoo train's data.
+    write("t-empty.csv", "");
+    write("t-train.csv", "text,label\nall is well,a\nso it goes,b\n");
+    write("t-valid.csv", "text,label\nwell,a\nit ends,c\n");
+    write("t-category.csv", "text,category\nwell,a\n");
+    write(
+        "t-long.csv",
+        "text,label\none two three four five six seven,a\nsix,b\n",
+    );
+    write("t-missing.jsonl", "{\"text\": \"a\"}\n{\"body\": \"b\"}\n");
+    write(
+        "t-tags.jsonl",
+        "{\"tokens\": [\"a\", \"b\"], \"tags\": [\"X\"]}\n{\"tokens\": [\"c\"], \"tags\": [\"Y\"]}\n",
+    );
+    write("t-docs.txt", "one\n\ntwo\n");
+    write("t-data.parquet", "PAR1");
+    write("t-config.json", r#"{"learning_rate": 0.1}"#);
     let llama = fixture("zoo-decoder", "llama-tiny");
     folder("zero-eps", &|c| c["layer_norm_epsilon"] = 0.into(), true);
     folder("heads5", &|c| c["n_head"] = 5.into(), true);
@@ -1515,9 +1467,104 @@ fn bad_input_is_one_line_naming_the_problem() {
             "classify --model {roberta-cls} --text ''",
             "the text is empty",
         ),
+        // zoo train: the data, the settings and the folders.
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-empty.csv --output {tmp}/t-out",
+            "t-empty.csv: the file holds no data",
+        ),
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-category.csv --output {tmp}/t-out",
+            "t-category.csv:1: no column \"label\" in the header (its columns: text, category)",
+        ),
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-train.csv --valid {tmp}/t-valid.csv --output {tmp}/t-out",
+            "t-valid.csv:3: field \"label\": label \"c\" is not among the 2 labels of the \
+             training data (a, b)",
+        ),
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-long.csv --valid {tmp}/t-train.csv --max-len 4 --too-long refuse --output {tmp}/t-out",
+            "t-long.csv:2: the example has more than 4 tokens; --max-len 4 leaves room for 4 \
+             (--too-long truncate cuts it)",
+        ),
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-docs.txt --output {tmp}/t-out",
+            "a classification file needs a label beside each text: use .jsonl, .csv or .tsv",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-missing.jsonl --output {tmp}/t-out",
+            "t-missing.jsonl:2: no field \"text\" (the row has body)",
+        ),
+        (
+            "train --model {roberta-cls} --task token-classification --train {tmp}/t-tags.jsonl --valid {tmp}/t-tags.jsonl --output {tmp}/t-out",
+            "t-tags.jsonl:1: 2 tokens but 1 tags: one tag per word",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-data.parquet --output {tmp}/t-out",
+            "cannot tell the data format from the extension \"parquet\"",
+        ),
+        (
+            "train --model {gpt2} --task classification --train {tmp}/t-train.csv --output {tmp}/t-out",
+            "--task classification needs an encoder (bert, roberta)",
+        ),
+        (
+            "train --model {roberta-cls} --task seq2seq --train {tmp}/t-train.csv --output {tmp}/t-out",
+            "--task seq2seq needs an encoder-decoder (t5, marian)",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {gpt2}",
+            "gpt2-tiny is the model folder; write the fine-tuned checkpoint elsewhere",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {t5}",
+            "t5-tiny holds a checkpoint; --overwrite replaces it, --resume continues its run",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --config {tmp}/t-config.json",
+            "t-config.json: unknown field \"learning_rate\"; the fields are batch_size, betas",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --epochs 0",
+            "epochs must be > 0, got 0",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --valid-fraction 1.5",
+            "--valid-fraction must be in (0, 1), got 1.5",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --max-len 64",
+            "--max-len 64 is longer than the model's 32 positions",
+        ),
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-train.csv --output {tmp}/t-out --lora-rank 4",
+            "--lora-rank trains adapters for --task causal-lm; --task classification trains every weight",
+        ),
+        (
+            "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --lora-rank 4 --lora-targets q_proj",
+            "--lora-targets: no module of this model is named \"q_proj\"; its weight matrices are \
+             in c_attn, c_fc, c_proj, wpe, wte",
+        ),
+        (
+            "generate --model {gpt2} --prompt hi --adapter {tmp}/no-adapter",
+            "no-adapter: no such adapter folder",
+        ),
+        (
+            "classify --model {roberta-cls} --text hi --adapter {gpt2-lora}",
+            "RobertaForSequenceClassification cannot take a LoRA adapter yet; the model types \
+             that can are gpt2, llama",
+        ),
+        (
+            "merge --model {roberta-cls} --adapter {gpt2-lora} --output {tmp}/t-merged",
+            "merge reads the adapters of causal LMs",
+        ),
+        (
+            "forward --model {llama} --input {tmp}/ids.json --output {tmp}/out.json --adapter {gpt2-lora}",
+            "no module of this model is named \"c_proj\"; its weight matrices are in",
+        ),
     ];
     let folders = [
         ("{tmp}", tmp.clone()),
+        // Before {gpt2}, whose path begins its own.
+        ("{gpt2-lora}", fixture("zoo-decoder", "gpt2-tiny-lora")),
         ("{gpt2}", gpt2()),
         ("{bert}", fixture("zoo-encoder", "bert-tiny")),
         ("{vit}", fixture("zoo-vision", "vit-tiny")),
@@ -1525,6 +1572,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ("{t5}", fixture("zoo-seq2seq", "t5-tiny")),
         ("{st}", fixture("zoo-encoder", "roberta-tiny-st")),
         ("{roberta-cls}", fixture("zoo-encoder", "roberta-tiny-cls")),
+        ("{llama}", fixture("zoo-decoder", "llama-tiny")),
     ];
     let expand = |line: &str| -> Vec<String> {
         let arg = |a: &str| {

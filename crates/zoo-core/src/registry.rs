@@ -30,6 +30,10 @@ pub enum Task {
 /// Loads one architecture's checkpoint folder onto a device.
 pub type Loader = fn(&Path, &Device) -> Result<Box<dyn Pretrained>, ModelError>;
 
+/// Loads one architecture's checkpoint folder (the first path) with the PEFT LoRA adapter
+/// of the second folded into its weights.
+pub type AdapterLoader = fn(&Path, &Path, &Device) -> Result<Box<dyn Pretrained>, ModelError>;
+
 /// One row of the registry: an HF architecture that a family loads.
 #[derive(Clone, Copy)]
 pub struct Architecture {
@@ -43,6 +47,8 @@ pub struct Architecture {
     pub tasks: &'static [Task],
     /// Its loader.
     pub load: Loader,
+    /// Its loader with a PEFT LoRA adapter, where the family reads adapters.
+    pub load_adapted: Option<AdapterLoader>,
 }
 
 impl std::fmt::Debug for Architecture {

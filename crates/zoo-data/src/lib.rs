@@ -13,6 +13,7 @@ pub mod cmudict;
 pub mod digits;
 mod error;
 pub mod names;
+pub mod records;
 pub mod text;
 pub mod tokenizer;
 pub mod vocab;
@@ -21,6 +22,7 @@ pub use batch::{
     CausalLmBatch, CausalLmBatcher, CausalLmItem, Seq2SeqBatch, Seq2SeqBatcher, Seq2SeqItem,
 };
 pub use error::{DataError, Result};
+pub use records::{Format, Labels, Records, Row, Value};
 pub use tokenizer::{
     BertTokenizer, ChatTemplate, Encoding, LmTokenizer, TextStream, TokenBatch, TokenizerError,
 };

@@ -25,6 +25,7 @@ const fn causal_lm(model_type: &'static str, name: &'static str) -> Architecture
         inputs: INPUTS,
         tasks: TASKS,
         load: load_causal_lm,
+        load_adapted: Some(load_adapted_causal_lm),
     }
 }
 
@@ -72,6 +73,35 @@ fn load_causal_lm(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, Mo
     Ok(Box::new(
         PretrainedLm::from_pretrained(dir, device).map_err(ModelError::new)?,
     ))
+}
+
+/// A causal LM with a PEFT LoRA adapter folded into its weights (Burn's LoRA, then
+/// `materialize`).
+fn load_adapted_causal_lm(
+    dir: &Path,
+    adapter: &Path,
+    device: &Device,
+) -> Result<Box<dyn Pretrained>, ModelError> {
+    let mut lm = PretrainedLm::from_pretrained(dir, device).map_err(ModelError::new)?;
+    lm.model = lm.model.with_adapter(adapter, &lm.config)?;
+    Ok(Box::new(lm))
+}
+
+impl DecoderLm {
+    /// This model with the PEFT LoRA adapter of `adapter` folded into its weights: what
+    /// PEFT's `merge_and_unload` gives.
+    ///
+    /// # Errors
+    /// An adapter that cannot be read or does not fit this model (named).
+    pub fn with_adapter(
+        self,
+        adapter: &Path,
+        config: &HfDecoderConfig,
+    ) -> Result<Self, ModelError> {
+        let adapted = zoo_core::checkpoint::peft::load_adapter(self, &config.key_map(), adapter)
+            .map_err(ModelError::new)?;
+        Ok(adapted.materialize())
+    }
 }
 
 impl Pretrained for PretrainedLm {

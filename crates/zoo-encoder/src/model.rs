@@ -272,6 +272,12 @@ impl BertModel {
         &self.config
     }
 
+    /// Names the classes of a head put on this encoder, by class id: `config.json`'s
+    /// `id2label` when the model is saved.
+    pub fn set_labels(&mut self, names: &[String]) {
+        self.config.id2label = Some(zoo_core::checkpoint::id2label(names));
+    }
+
     /// How its position ids are counted (from its `model_type`'s layout).
     pub fn position_ids(&self) -> PositionIds {
         crate::pretrained::layout(self.config.model_type.as_deref()).positions
@@ -618,6 +624,22 @@ impl BertForTokenClassification {
         Ok(self
             .classifier
             .forward(zoo_attention::dropout(&self.dropout, h)))
+    }
+}
+
+/// Tags per token for `zoo-train`'s token task: the masked cross-entropy of
+/// [`zoo_core::TokenLogits`] over the tag of each word's first token.
+impl TokenLogits for BertForTokenClassification {
+    fn token_logits(
+        &self,
+        tokens: Tensor<2, Int>,
+        padding: Option<Tensor<2, Bool>>,
+    ) -> std::result::Result<Tensor<3>, ModelError> {
+        let mut input = EncoderInput::new(tokens);
+        if let Some(pad) = padding {
+            input = input.padding(pad);
+        }
+        Ok(self.forward(input)?)
     }
 }
 

@@ -38,6 +38,7 @@ const fn rows(layout: &'static Layout) -> [Architecture; 4] {
             inputs: INPUTS,
             tasks,
             load,
+            load_adapted: None,
         }
     }
     [

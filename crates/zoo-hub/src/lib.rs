@@ -189,6 +189,42 @@ impl Detected {
             model,
         })
     }
+
+    /// Loads the weights onto `device` with the PEFT LoRA adapter of the folder `adapter`
+    /// folded into them, as PEFT's `merge_and_unload` does.
+    ///
+    /// # Errors
+    /// An architecture whose family does not read adapters (those that do are named), a
+    /// missing adapter folder, and what [`Self::load`] and the adapter's reader report.
+    pub fn load_adapted(self, adapter: &Path, device: &Device) -> Result<AutoModel> {
+        let Some(load) = self.architecture.load_adapted else {
+            let can: Vec<&str> = architectures()
+                .filter(|a| a.load_adapted.is_some())
+                .map(|a| a.model_type)
+                .fold(Vec::new(), |mut v, t| {
+                    if !v.contains(&t) {
+                        v.push(t);
+                    }
+                    v
+                });
+            return Err(HubError::Input(format!(
+                "{} cannot take a LoRA adapter yet; the model types that can are {}",
+                self.architecture.name,
+                can.join(", ")
+            )));
+        };
+        if !adapter.is_dir() {
+            return Err(HubError::Input(format!(
+                "{}: no such adapter folder",
+                adapter.display()
+            )));
+        }
+        let model = load(&self.dir, adapter, device)?;
+        Ok(AutoModel {
+            detected: self,
+            model,
+        })
+    }
 }
 
 /// A loaded checkpoint of any registered architecture.
@@ -212,6 +248,23 @@ impl AutoModel {
     /// See [`Detected::new`] and [`Detected::load`].
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         Detected::new(dir)?.load(device)
+    }
+
+    /// [`Self::from_pretrained`], with the PEFT LoRA adapter of `adapter` folded into the
+    /// weights when one is given.
+    ///
+    /// # Errors
+    /// See [`Detected::new`] and [`Detected::load_adapted`].
+    pub fn from_pretrained_adapted(
+        dir: impl AsRef<Path>,
+        adapter: Option<&Path>,
+        device: &Device,
+    ) -> Result<Self> {
+        let detected = Detected::new(dir)?;
+        match adapter {
+            Some(a) => detected.load_adapted(a, device),
+            None => detected.load(device),
+        }
     }
 
     /// The folder it was loaded from.

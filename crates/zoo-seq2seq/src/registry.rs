@@ -28,6 +28,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
                     .map_err(ModelError::new)?,
             ))
         },
+        load_adapted: None,
     },
     Architecture {
         model_type: "marian",
@@ -39,6 +40,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
                 MarianMtModel::from_pretrained(dir, device).map_err(ModelError::new)?,
             ))
         },
+        load_adapted: None,
     },
 ];
 

@@ -94,6 +94,13 @@ pub struct TrainConfig {
     pub devices: Vec<String>,
     /// Device strategy.
     pub strategy: Strategy,
+    /// Recompute the memory-bound activations (elementwise ops, norms, softmax) in the
+    /// backward pass instead of keeping them, through Burn's
+    /// `GradientCheckpointingStrategy::Balanced`: less memory for more time; the losses
+    /// are the same. Default: off. Build the model on [`Self::autodiff`]'s device: Burn
+    /// refuses an operation between tensors of two checkpointing strategies.
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
 }
 
 /// How one run splits into the rounds burn-train calls epochs.
@@ -144,6 +151,18 @@ impl TrainConfig {
             num_workers: 1,
             devices: vec!["flex".into()],
             strategy: Strategy::SingleDevice,
+            gradient_checkpointing: false,
+        }
+    }
+
+    /// The autodiff device the run trains on for `device`: with
+    /// [`Self::gradient_checkpointing`], Burn's balanced checkpointing strategy.
+    pub fn autodiff(&self, device: &burn::tensor::Device) -> burn::tensor::Device {
+        let ad = device.clone().autodiff();
+        if self.gradient_checkpointing {
+            ad.gradient_checkpointing()
+        } else {
+            ad
         }
     }
 

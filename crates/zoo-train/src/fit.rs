@@ -286,7 +286,7 @@ where
     } = start_run(cfg, devices, options.resume, train.len())?;
     let dir = cfg.artifact_dir.clone();
     device.seed(cfg.seed);
-    let ad = device.clone().autodiff();
+    let ad = cfg.autodiff(&device);
 
     let plan = cfg.plan(train.len());
     // One seeded stream of examples for the whole run, seen through a window that moves
@@ -417,7 +417,7 @@ fn execution_strategy(
         .ok_or_else(|| TrainError::config("no device given"))?
         .clone();
     let strategy = match cfg.strategy {
-        Strategy::SingleDevice => ExecutionStrategy::SingleDevice(device.clone().autodiff()),
+        Strategy::SingleDevice => ExecutionStrategy::SingleDevice(cfg.autodiff(&device)),
         Strategy::MultiDevice | Strategy::DistributedDataParallel => {
             if devices.len() != cfg.devices.len() {
                 return Err(TrainError::config(format!(
@@ -435,7 +435,7 @@ fn execution_strategy(
                      implements its all-reduce only there), got {d:?}; use MultiDevice"
                 )));
             }
-            let devices = devices.iter().map(|d| d.clone().autodiff()).collect();
+            let devices = devices.iter().map(|d| cfg.autodiff(d)).collect();
             if cfg.strategy == Strategy::MultiDevice {
                 ExecutionStrategy::MultiDevice(devices, MultiDeviceOptim::OptimMainDevice)
             } else {

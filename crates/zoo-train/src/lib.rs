@@ -84,6 +84,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod args;
 mod checkpoint;
 pub mod config;
 mod error;
@@ -95,6 +96,7 @@ pub mod render;
 pub mod schedule;
 pub mod task;
 
+pub use args::TrainArgs;
 pub use checkpoint::{AtomicFileCheckpointer, last_complete_checkpoint};
 pub use config::{RunLength, RunPlan, Strategy, TrainConfig};
 pub use error::{Result, TrainError, write_atomic};

@@ -30,6 +30,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
                 ViTModel::from_pretrained(dir, device).map_err(ModelError::new)?,
             ))
         },
+        load_adapted: None,
     },
     Architecture {
         model_type: "vit",
@@ -43,6 +44,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
                 dir: dir.to_path_buf(),
             }))
         },
+        load_adapted: None,
     },
 ];
 

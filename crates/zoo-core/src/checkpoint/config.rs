@@ -131,8 +131,15 @@ pub fn class_names(
 
 /// HF's default `id2label` for `n` classes: `LABEL_0`, `LABEL_1`, ...
 pub fn default_id2label(n: usize) -> BTreeMap<String, String> {
-    (0..n)
-        .map(|i| (i.to_string(), format!("LABEL_{i}")))
+    id2label(&(0..n).map(|i| format!("LABEL_{i}")).collect::<Vec<_>>())
+}
+
+/// HF's `id2label` of class names given in class order: `{"0": names[0], ...}`.
+pub fn id2label(names: &[String]) -> BTreeMap<String, String> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (i.to_string(), name.clone()))
         .collect()
 }
 

@@ -30,6 +30,7 @@ mod error;
 mod generation;
 mod keymap;
 mod load;
+pub mod peft;
 mod save;
 #[cfg(test)]
 mod tests;

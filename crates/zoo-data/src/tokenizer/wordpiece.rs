@@ -333,6 +333,42 @@ impl BertTokenizer {
         Ok(self.run(vec![text.into()])?.remove(0))
     }
 
+    /// Encodes one text as [`Self::encode`] does, and tells whether it was cut to
+    /// [`Self::max_len`].
+    ///
+    /// # Errors
+    /// The tokenizer's own failures.
+    pub fn encode_counted(&self, text: &str) -> Result<(Encoding, bool)> {
+        let e = super::guarded("encoding", || self.inner.encode(text, true))?;
+        Ok((self.convert(&e), !e.get_overflowing().is_empty()))
+    }
+
+    /// Encodes a text already split into words (the `tokens` of a token-classification
+    /// row), as HF's `is_split_into_words=True` does: each word is tokenized alone. Returns
+    /// the encoding, the word of each token (`None` at special tokens), and whether the
+    /// words were cut to [`Self::max_len`].
+    ///
+    /// # Errors
+    /// No words, or the tokenizer's own failures.
+    pub fn encode_words(&self, words: &[String]) -> Result<(Encoding, Vec<Option<usize>>, bool)> {
+        if words.is_empty() {
+            return Err(TokenizerError(
+                "cannot encode an empty list of words".into(),
+            ));
+        }
+        let input: Vec<&str> = words.iter().map(String::as_str).collect();
+        let e = super::guarded("encoding", || {
+            self.inner
+                .encode(tokenizers::InputSequence::from(input), true)
+        })?;
+        let word_of = e
+            .get_word_ids()
+            .iter()
+            .map(|w| w.map(|w| w as usize))
+            .collect();
+        Ok((self.convert(&e), word_of, !e.get_overflowing().is_empty()))
+    }
+
     /// Encodes a pair: `[CLS] a [SEP] b [SEP]`, with token type 1 on `b [SEP]`;
     /// truncated longest-first to [`Self::max_len`].
     ///

@@ -8,6 +8,8 @@
 //! zoo translate --model DIR --text TEXT [--num-beams N] ...
 //! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
 //! zoo embed    --model DIR --input IN.json --output OUT.json
+//! zoo train    --model DIR --task TASK --train FILE [--valid FILE] --output DIR ...
+//! zoo merge    --model DIR --adapter DIR --output DIR
 //! ```
 //!
 //! Every command takes `--device` (flex, ndarray, wgpu, tch, tch-cuda, cuda) and picks the
@@ -44,6 +46,7 @@ pub(crate) fn stdout_failed(e: std::io::Error) -> ! {
 }
 
 mod text;
+mod train;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -108,6 +111,9 @@ enum Command {
         /// last_hidden_state and pooler_output).
         #[arg(long)]
         output: PathBuf,
+        /// A PEFT LoRA adapter folder to fold into the model's weights.
+        #[arg(long)]
+        adapter: Option<PathBuf>,
     },
     /// Continues a prompt with a causal LM, streaming the text.
     Generate(text::GenerateArgs),
@@ -133,6 +139,28 @@ enum Command {
         /// How many labels to show.
         #[arg(long, default_value_t = 5)]
         top: usize,
+        /// A PEFT LoRA adapter folder to fold into the model's weights.
+        #[arg(long)]
+        adapter: Option<PathBuf>,
+    },
+    /// Fine-tunes a checkpoint on your own data (plain text, JSON Lines, CSV or TSV) and
+    /// writes the result as a checkpoint folder that zoo and transformers load.
+    Train(Box<train::TrainCmdArgs>),
+    /// Folds a PEFT LoRA adapter (from zoo train or Python peft) into a causal LM's
+    /// weights and writes the merged checkpoint folder.
+    Merge {
+        /// The base checkpoint folder.
+        #[arg(long)]
+        model: PathBuf,
+        /// The adapter folder (adapter_config.json, adapter_model.safetensors).
+        #[arg(long)]
+        adapter: PathBuf,
+        /// Where to write the merged checkpoint.
+        #[arg(long)]
+        output: PathBuf,
+        /// Replace a checkpoint already in --output.
+        #[arg(long)]
+        overwrite: bool,
     },
     /// Sentence embeddings from a sentence-transformers folder.
     Embed {
@@ -198,7 +226,8 @@ fn run(cli: Cli) -> Result<()> {
             model,
             input,
             output,
-        } => forward(&model, &input, &output, &device()?),
+            adapter,
+        } => forward(&model, &input, &output, adapter.as_deref(), &device()?),
         Command::Generate(args) => text::generate_text(&args, &device()?),
         Command::Chat(args) => text::chat(&args, &device()?),
         Command::Translate(args) => translate(&args, &device()?),
@@ -207,12 +236,27 @@ fn run(cli: Cli) -> Result<()> {
             image,
             text,
             top,
-        } => classify(&model, image.as_deref(), text.as_deref(), top, &device()?),
+            adapter,
+        } => classify(
+            &model,
+            image.as_deref(),
+            text.as_deref(),
+            top,
+            adapter.as_deref(),
+            &device()?,
+        ),
         Command::Embed {
             model,
             input,
             output,
         } => embed(&model, &input, &output, &device()?),
+        Command::Train(args) => train::train(&args, &cli.device, &device()?),
+        Command::Merge {
+            model,
+            adapter,
+            output,
+            overwrite,
+        } => train::merge(&model, &adapter, &output, overwrite, &device()?),
     }
 }
 
@@ -293,7 +337,13 @@ fn info(dir: &Path, check: bool, device: &Device) -> Result<()> {
     Ok(())
 }
 
-fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<()> {
+fn forward(
+    dir: &Path,
+    input: &Path,
+    output: &Path,
+    adapter: Option<&Path>,
+    device: &Device,
+) -> Result<()> {
     let parsed = json::forward_input(&json::read(input)?).map_err(|e| match e {
         CliError::Input(m) => CliError::File {
             path: input.to_path_buf(),
@@ -303,7 +353,10 @@ fn forward(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<(
     })?;
     let detected = Detected::new(dir)?;
     detected.check_input(&parsed)?;
-    let model = detected.load(device)?;
+    let model = match adapter {
+        Some(a) => detected.load_adapted(a, device)?,
+        None => detected.load(device)?,
+    };
     let outputs = model.forward(&parsed, device)?;
     json::write_outputs(output, &outputs)?;
     let names: Vec<String> = outputs
@@ -383,12 +436,13 @@ fn classify(
     image: Option<&Path>,
     text: Option<&str>,
     top: usize,
+    adapter: Option<&Path>,
     device: &Device,
 ) -> Result<()> {
     if top == 0 {
         return Err(CliError::Input("--top must be > 0, got 0".into()));
     }
-    let model = AutoModel::from_pretrained(dir, device)?;
+    let model = AutoModel::from_pretrained_adapted(dir, adapter, device)?;
     let arch = model.architecture();
     let Some(classifier) = model.classifier() else {
         return Err(CliError::Unsupported(format!(

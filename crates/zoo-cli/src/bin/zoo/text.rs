@@ -20,6 +20,10 @@ use crate::not_for;
 /// The sampling options of `generate` and `chat`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct SamplingArgs {
+    /// A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) to
+    /// fold into the model's weights.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
     /// Most tokens to add. Default: the folder's generation_config.json, else 50.
     #[arg(long)]
     max_new_tokens: Option<usize>,
@@ -102,8 +106,13 @@ pub(crate) fn tokenize(dir: &Path, text: &str, what: &str) -> Result<(LmTokenize
 }
 
 /// The causal LM of a folder, or the error that names what the folder holds instead.
-fn load_lm(command: &str, dir: &Path, device: &Device) -> Result<AutoModel> {
-    let model = AutoModel::from_pretrained(dir, device)?;
+fn load_lm(
+    command: &str,
+    dir: &Path,
+    adapter: Option<&Path>,
+    device: &Device,
+) -> Result<AutoModel> {
+    let model = AutoModel::from_pretrained_adapted(dir, adapter, device)?;
     if model.generator().is_none() {
         return Err(not_for(command, Task::Generate, "a causal LM", dir, &model));
     }
@@ -262,7 +271,12 @@ fn stream(
 }
 
 pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> {
-    let model = load_lm("generate", &args.model, device)?;
+    let model = load_lm(
+        "generate",
+        &args.model,
+        args.sampling.adapter.as_deref(),
+        device,
+    )?;
     let lm = model.generator().expect("checked by load_lm");
     let (tokenizer, prompt) = tokenize(&args.model, &args.prompt, "prompt")?;
     let s = &args.sampling;
@@ -361,7 +375,12 @@ pub(crate) fn chat(args: &ChatArgs, device: &Device) -> Result<()> {
         out!("{}", template.render(&messages, true)?);
         return Ok(());
     }
-    let model = load_lm("chat", &args.model, device)?;
+    let model = load_lm(
+        "chat",
+        &args.model,
+        args.sampling.adapter.as_deref(),
+        device,
+    )?;
     let lm = model.generator().expect("checked by load_lm");
     let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
     let max_new = max_new_tokens(&args.sampling, lm);

@@ -1,0 +1,575 @@
+//! `zoo train` as a user runs it, on the committed fixtures, on the backend under test:
+//! every task learns what its data says (a sentence it then generates, labels it then
+//! predicts), writes a checkpoint that the other commands load, and continues after a
+//! SIGKILL with the same losses as a run never interrupted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use zoo_device::test_backend;
+
+mod support;
+use support::*;
+
+/// `metrics.csv` of a run: per round, the named columns.
+fn metrics(out: &Path) -> Vec<std::collections::BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(out.join("training/metrics.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .cloned()
+                .zip(l.split(',').map(|v| v.parse::<f64>().unwrap_or(f64::NAN)))
+                .collect()
+        })
+        .collect()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Runs `zoo train --model MODEL --task TASK --train TRAIN --output OUT ARGS` and checks
+/// that it succeeded.
+fn train(model: &Path, task: &str, data: &Path, out: &Path, args: &[&str]) -> Run {
+    let mut all = vec![
+        "train",
+        "--model",
+        path(model),
+        "--task",
+        task,
+        "--train",
+        path(data),
+        "--output",
+        path(out),
+    ];
+    all.extend_from_slice(args);
+    ok(&all)
+}
+
+/// The same sentence, as 40 documents of a text file.
+fn sentences(tmp: &Path) -> PathBuf {
+    let file = tmp.join("train.txt");
+    std::fs::write(&file, "the cat sat on the mat.\n\n".repeat(40)).unwrap();
+    file
+}
+
+#[test]
+fn causal_lm_learns_a_sentence_and_generates_it() {
+    let tmp = tempdir("train-causal");
+    let out = tmp.join("out");
+    let run = train(
+        &gpt2(),
+        "causal-lm",
+        &sentences(&tmp),
+        &out,
+        &[
+            "--steps",
+            "60",
+            "--eval-every",
+            "20",
+            "--lr",
+            "1e-2",
+            "--max-len",
+            "16",
+            "--seed",
+            "3",
+        ],
+    );
+    assert!(run.stdout.contains("checkpoint:"), "{}", run.stdout);
+    let rounds = metrics(&out);
+    assert_eq!(rounds.len(), 3);
+    let first = rounds[0]["valid_loss"];
+    let last = rounds[2]["valid_loss"];
+    // From about ln(320) = 5.8 for the random fixture; the sentence is all there is.
+    assert!(last < 0.5 && last < first, "valid losses {first} -> {last}");
+    // The checkpoint is whole: zoo reads it, and it continues the sentence. The fixture
+    // it started from does not (the negative control).
+    let info = ok_on("info", &out, &[]);
+    assert!(info.stdout.contains("GPT2LMHeadModel"), "{}", info.stdout);
+    let args = [
+        "--prompt",
+        "the cat",
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+    ];
+    let trained = ok_on("generate", &out, &args);
+    assert!(
+        trained.stdout.starts_with("the cat sat on the mat."),
+        "{:?}",
+        trained.stdout
+    );
+    let untrained = ok_on("generate", &gpt2(), &args);
+    assert!(
+        !untrained.stdout.contains("sat on the mat"),
+        "{:?}",
+        untrained.stdout
+    );
+    // Its tokenizer and generation config came along.
+    for f in [
+        "tokenizer.json",
+        "generation_config.json",
+        "model.safetensors",
+        "config.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+/// A CSV of texts whose label is told by one word among random others.
+fn labelled_csv(path: &Path, rows: usize, labels: [(&str, &str); 2], seed: usize) {
+    let filler = [
+        "when", "the", "lord", "of", "night", "and", "a", "fair", "day", "comes",
+    ];
+    let mut text = String::from("text,label\n");
+    for i in 0..rows {
+        let (word, label) = labels[(i * 7 + seed) % 2];
+        let words: Vec<&str> = (0..5)
+            .map(|k| filler[(i * 3 + k * 5 + seed) % filler.len()])
+            .collect();
+        text.push_str(&format!(
+            "\"{} {word}, {}\",{label}\n",
+            words[..3].join(" "),
+            words[3..].join(" ")
+        ));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn classification_learns_labels_that_classify_then_names() {
+    let tmp = tempdir("train-cls");
+    let (train_csv, valid_csv) = (tmp.join("train.csv"), tmp.join("valid.csv"));
+    let labels = [("merry", "comedy"), ("death", "tragedy")];
+    labelled_csv(&train_csv, 120, labels, 0);
+    labelled_csv(&valid_csv, 30, labels, 1);
+    // The fixture is a genre classifier (comedy, history, tragedy): its head and label
+    // ids are kept, since they hold the data's labels.
+    let out = tmp.join("out");
+    let common = [
+        "--epochs",
+        "4",
+        "--lr",
+        "3e-3",
+        "--batch-size",
+        "8",
+        "--max-len",
+        "16",
+    ];
+    let mut args = vec!["--valid", path(&valid_csv)];
+    args.extend(common);
+    let run = train(
+        &fixture("zoo-encoder", "roberta-tiny-cls"),
+        "classification",
+        &train_csv,
+        &out,
+        &args,
+    );
+    assert!(run.stdout.contains("120 train, 30 valid"), "{}", run.stdout);
+    let rounds = metrics(&out);
+    let accuracy = rounds.last().unwrap()["valid_accuracy"];
+    assert!(accuracy >= 99.0, "valid accuracy {accuracy}");
+    let config = read_json(&out.join("config.json"));
+    assert_eq!(
+        config["id2label"],
+        serde_json::json!({"0": "comedy", "1": "history", "2": "tragedy"})
+    );
+    let top = |dir: &Path, text: &str| {
+        let run = ok_on("classify", dir, &["--text", text, "--top", "1"]);
+        run.stdout.split_whitespace().nth(1).unwrap().to_string()
+    };
+    // A validation row of each label.
+    let rows = std::fs::read_to_string(&valid_csv).unwrap();
+    for (word, label) in labels {
+        let line = rows.lines().find(|l| l.contains(word)).unwrap();
+        let text = line.rsplit_once(',').unwrap().0.trim_matches('"');
+        assert_eq!(top(&out, text), label, "{text}");
+    }
+
+    // Labels the checkpoint does not have: a new head, and id2label from the data.
+    let new_labels = [("merry", "pos"), ("death", "neg")];
+    labelled_csv(&train_csv, 60, new_labels, 0);
+    let out2 = tmp.join("out2");
+    train(
+        &fixture("zoo-encoder", "roberta-tiny"),
+        "classification",
+        &train_csv,
+        &out2,
+        &common,
+    );
+    let config = read_json(&out2.join("config.json"));
+    assert_eq!(
+        config["id2label"],
+        serde_json::json!({"0": "neg", "1": "pos"})
+    );
+    assert_eq!(
+        config["architectures"],
+        serde_json::json!(["RobertaForSequenceClassification"])
+    );
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+#[test]
+fn token_classification_tags_each_word() {
+    let tmp = tempdir("train-tokens");
+    let data = tmp.join("train.jsonl");
+    let words = ["fair", "lord", "night", "day", "sweet"];
+    let mut lines = String::new();
+    for i in 0..80 {
+        let row: Vec<String> = (0..4)
+            .map(|k| {
+                if (i + k) % 3 == 0 {
+                    format!("{}", (i * 7 + k) % 100)
+                } else {
+                    words[(i + k * 2) % words.len()].to_string()
+                }
+            })
+            .collect();
+        let tags: Vec<&str> = row
+            .iter()
+            .map(|w| {
+                if w.parse::<u32>().is_ok() {
+                    "NUM"
+                } else {
+                    "WORD"
+                }
+            })
+            .collect();
+        lines.push_str(&serde_json::json!({"tokens": row, "tags": tags}).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&data, lines).unwrap();
+    let out = tmp.join("out");
+    train(
+        &fixture("zoo-encoder", "roberta-tiny"),
+        "token-classification",
+        &data,
+        &out,
+        &["--epochs", "4", "--lr", "3e-3", "--max-len", "24"],
+    );
+    let accuracy = metrics(&out).last().unwrap()["valid_accuracy"];
+    assert!(accuracy >= 95.0, "valid accuracy {accuracy}");
+    let config = read_json(&out.join("config.json"));
+    assert_eq!(
+        config["id2label"],
+        serde_json::json!({"0": "NUM", "1": "WORD"})
+    );
+    assert_eq!(
+        config["architectures"],
+        serde_json::json!(["RobertaForTokenClassification"])
+    );
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+#[test]
+fn masked_lm_and_seq2seq_lower_their_validation_loss() {
+    let tmp = tempdir("train-mlm-s2s");
+    let out = tmp.join("mlm");
+    train(
+        &fixture("zoo-encoder", "roberta-tiny-mlm"),
+        "masked-lm",
+        &sentences(&tmp),
+        &out,
+        &["--epochs", "3", "--lr", "5e-3", "--batch-size", "4"],
+    );
+    let rounds = metrics(&out);
+    assert!(
+        rounds[2]["valid_loss"] < rounds[0]["valid_loss"],
+        "{rounds:?}"
+    );
+    let config = read_json(&out.join("config.json"));
+    assert_eq!(
+        config["architectures"],
+        serde_json::json!(["RobertaForMaskedLM"])
+    );
+
+    let pairs = tmp.join("pairs.tsv");
+    let mut text = String::from("source\ttarget\n");
+    for i in 0..48 {
+        let w = ["cat", "dog", "mat", "sun"][i % 4];
+        text.push_str(&format!("the {w}\t{w} the\n"));
+    }
+    std::fs::write(&pairs, text).unwrap();
+    let out = tmp.join("t5");
+    train(
+        &fixture("zoo-seq2seq", "t5-tiny"),
+        "seq2seq",
+        &pairs,
+        &out,
+        &["--epochs", "6", "--lr", "1e-2", "--batch-size", "8"],
+    );
+    let rounds = metrics(&out);
+    let (first, last) = (rounds[0]["valid_loss"], rounds[5]["valid_loss"]);
+    assert!(last < 0.5 * first, "valid losses {first} -> {last}");
+    let translated = ok_on("translate", &out, &["--text", "the sun"]);
+    assert_eq!(translated.stdout.trim(), "sun the");
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+#[test]
+fn a_killed_run_resumes_with_the_losses_of_an_uninterrupted_one() {
+    let tmp = tempdir("train-kill");
+    let data = sentences(&tmp);
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "train",
+            "--model",
+            path(&gpt2()),
+            "--task",
+            "causal-lm",
+            "--train",
+            path(&data),
+            "--output",
+            path(out),
+            "--steps",
+            "120",
+            "--eval-every",
+            "30",
+            "--lr",
+            "1e-3",
+            "--max-len",
+            "16",
+            "--batch-size",
+            "4",
+            "--device",
+            test_backend().as_str(),
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let whole = tmp.join("whole");
+    let run = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(args(&whole))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+
+    let cut = tmp.join("cut");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(args(&cut))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed as soon as the first round's checkpoint is complete (its checksum written).
+    let first = cut.join("training/checkpoint/model-1.bpk.crc32");
+    let started = Instant::now();
+    while !first.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no checkpoint"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !cut.join("config.json").exists(),
+        "the run finished before it was killed: make its rounds longer"
+    );
+    let mut resume = args(&cut);
+    resume.push("--resume".into());
+    let run = Command::new(env!("CARGO_BIN_EXE_zoo"))
+        .args(&resume)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (a, b) = (metrics(&whole), metrics(&cut));
+    assert_eq!(a.len(), 4);
+    for (ra, rb) in a.iter().zip(&b) {
+        for key in ["train_loss", "valid_loss"] {
+            assert!((ra[key] - rb[key]).abs() < 1e-6, "{key}: {ra:?} vs {rb:?}");
+        }
+    }
+    // The two checkpoints hold the same weights, to float rounding.
+    let weights = |d: &Path| {
+        zoo_core::WeightsFile::Safetensors(d.join("model.safetensors"))
+            .contents()
+            .unwrap()
+    };
+    let (wa, wb) = (weights(&whole), weights(&cut));
+    assert_eq!(wa.len(), wb.len());
+    let mut worst = 0f32;
+    for ((na, sa, ba), (nb, sb, bb)) in wa.iter().zip(&wb) {
+        assert_eq!((na, sa), (nb, sb));
+        for (x, y) in ba.chunks(4).zip(bb.chunks(4)) {
+            let f = |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap());
+            worst = worst.max((f(x) - f(y)).abs());
+        }
+    }
+    assert!(worst < 1e-5, "the resumed weights differ by up to {worst}");
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+/// The trained and total parameter counts of a run's summary line
+/// `parameters:   N trained of M (P%)`.
+fn trained_of(stdout: &str) -> (usize, usize) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("parameters:"))
+        .unwrap();
+    let n: Vec<usize> = line
+        .split_whitespace()
+        .filter_map(|w| w.replace(',', "").parse().ok())
+        .collect();
+    (n[0], n[1])
+}
+
+#[test]
+fn lora_trains_an_adapter_that_generate_forward_and_merge_read() {
+    let tmp = tempdir("train-lora");
+    let adapter = tmp.join("adapter");
+    let run = train(
+        &gpt2(),
+        "causal-lm",
+        &sentences(&tmp),
+        &adapter,
+        &[
+            "--steps",
+            "200",
+            "--eval-every",
+            "50",
+            "--lr",
+            "2e-2",
+            "--max-len",
+            "16",
+            "--seed",
+            "3",
+            "--lora-rank",
+            "8",
+            "--lora-targets",
+            "c_attn,c_proj,c_fc",
+        ],
+    );
+    // Rank 8 over six matrices: (24 + 72) + 2 (24 + 24) + (24 + 40) per layer, times 8.
+    let (trained, all) = trained_of(&run.stdout);
+    assert_eq!(
+        trained,
+        2 * 8 * ((24 + 72) + (24 + 24) + (24 + 40) + (40 + 24))
+    );
+    assert!(all > trained);
+    assert!(adapter.join("adapter_config.json").is_file());
+    assert!(adapter.join("adapter_model.safetensors").is_file());
+    assert!(!adapter.join("config.json").exists());
+    let rounds = metrics(&adapter);
+    assert!(
+        rounds[3]["valid_loss"] < rounds[0]["valid_loss"],
+        "{rounds:?}"
+    );
+
+    let base = gpt2();
+    let args = [
+        "--prompt",
+        "the cat",
+        "--max-new-tokens",
+        "12",
+        "--temperature",
+        "0",
+    ];
+    let mut with: Vec<&str> = vec![
+        "generate",
+        "--model",
+        path(&base),
+        "--adapter",
+        path(&adapter),
+    ];
+    with.extend(args);
+    let adapted = ok(&with);
+    assert!(
+        adapted.stdout.starts_with("the cat sat on the mat."),
+        "{:?}",
+        adapted.stdout
+    );
+
+    // Merged: the same text, and the logits of the adapter within 1e-4.
+    let merged = tmp.join("merged");
+    ok(&[
+        "merge",
+        "--model",
+        path(&base),
+        "--adapter",
+        path(&adapter),
+        "--output",
+        path(&merged),
+    ]);
+    assert_eq!(ok_on("generate", &merged, &args).stdout, adapted.stdout);
+    let input = tmp.join("in.json");
+    std::fs::write(&input, r#"{"input_ids": [[5, 6, 7, 8, 9, 10]]}"#).unwrap();
+    let logits = |model: &Path, extra: &[&str], name: &str| {
+        let out = tmp.join(name);
+        let mut argv = vec!["forward", "--model", path(model), "--input", path(&input)];
+        argv.extend(["--output", path(&out)]);
+        argv.extend(extra);
+        ok(&argv);
+        let v = read_json(&out);
+        flat(&v["logits"])
+    };
+    let a = logits(&base, &["--adapter", path(&adapter)], "a.json");
+    let m = logits(&merged, &[], "m.json");
+    let b = logits(&base, &[], "b.json");
+    let diff = |x: &[f32], y: &[f32]| {
+        x.iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(diff(&a, &m) < 1e-4, "{}", diff(&a, &m));
+    assert!(diff(&a, &b) > 1e-2, "the adapter changed nothing");
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
+fn flat(v: &serde_json::Value) -> Vec<f32> {
+    match v {
+        serde_json::Value::Array(items) => items.iter().flat_map(flat).collect(),
+        x => vec![x.as_f64().unwrap() as f32],
+    }
+}
+
+#[test]
+fn gradient_checkpointing_keeps_the_losses() {
+    let tmp = tempdir("train-checkpointing");
+    let data = sentences(&tmp);
+    let args = [
+        "--steps",
+        "20",
+        "--eval-every",
+        "10",
+        "--lr",
+        "1e-2",
+        "--max-len",
+        "16",
+    ];
+    let (plain, recomputed) = (tmp.join("plain"), tmp.join("recomputed"));
+    train(&gpt2(), "causal-lm", &data, &plain, &args);
+    let mut with = args.to_vec();
+    with.push("--gradient-checkpointing");
+    train(&gpt2(), "causal-lm", &data, &recomputed, &with);
+    let (a, b) = (metrics(&plain), metrics(&recomputed));
+    assert_eq!(a.len(), 2);
+    for (ra, rb) in a.iter().zip(&b) {
+        for key in ["train_loss", "valid_loss"] {
+            assert!((ra[key] - rb[key]).abs() < 1e-4, "{key}: {ra:?} vs {rb:?}");
+        }
+    }
+    let config = read_json(&recomputed.join("training/config.json"));
+    assert_eq!(config["gradient_checkpointing"], true);
+    std::fs::remove_dir_all(tmp).unwrap();
+}

@@ -20,10 +20,10 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::Parser;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use zoo_data::{CausalLmBatcher, CausalLmItem};
+use zoo_data::CausalLmBatcher;
 use zoo_encoder::SPECIAL_TOKENS;
 use zoo_encoder::{
-    BertConfig, BertForMaskedLm, BertTokenizer, EncoderInput, Encoding, MaskingConfig, mask_tokens,
+    BertConfig, BertForMaskedLm, BertTokenizer, EncoderInput, MaskingConfig, masked_items,
 };
 use zoo_examples::{
     Error, device_or_exit, exit_on_error, globe, or_exit_on_earlier_run, require_positive,
@@ -86,31 +86,6 @@ const PROBES: [&str; 5] = [
     "My lord, the [MASK] is coming.",
     "Good night, sweet [MASK].",
 ];
-
-/// Masks every passage once, as items for the language-model task.
-fn masked_items(
-    tok: &BertTokenizer,
-    passages: &[Encoding],
-    words: &[u32],
-    rng: &mut StdRng,
-) -> Result<Vec<CausalLmItem>, Error> {
-    let mut items = Vec::with_capacity(passages.len());
-    // In slices, so the padding of one batch stays small.
-    for chunk in passages.chunks(256) {
-        let batch = tok.pad(chunk.to_vec())?;
-        let m = mask_tokens(&batch, tok.mask_id(), words, &MaskingConfig::default(), rng)?;
-        for (r, e) in chunk.iter().enumerate() {
-            let n = e.ids.len();
-            items.push(CausalLmItem {
-                input: m.inputs[r][..n].iter().map(|&i| i as usize).collect(),
-                target: (0..n)
-                    .map(|t| m.chosen[r][t].map(|_| m.labels[r][t] as usize))
-                    .collect(),
-            });
-        }
-    }
-    Ok(items)
-}
 
 /// The top `k` tokens at each `[MASK]` of `text`.
 fn fill(
@@ -207,7 +182,7 @@ fn run(args: Args) -> Result<(), Error> {
     let needed = args.steps * args.batch;
     let mut train_items = Vec::with_capacity(needed + train.len());
     while train_items.len() < needed {
-        let mut pass = masked_items(&tok, &train, &words, &mut rng)?;
+        let mut pass = masked_items(&tok, &train, &words, &MaskingConfig::default(), &mut rng)?;
         zoo_data::seeded_shuffle(&mut pass, args.seed + train_items.len() as u64);
         train_items.extend(pass);
     }
@@ -216,6 +191,7 @@ fn run(args: Args) -> Result<(), Error> {
         &tok,
         &valid,
         &words,
+        &MaskingConfig::default(),
         &mut StdRng::seed_from_u64(args.seed + 1),
     )?;
 

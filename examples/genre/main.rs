@@ -250,15 +250,8 @@ fn run(args: Args) -> Result<(), Error> {
     let mut confusion = [[0usize; 3]; 3];
     for chunk in test_items.chunks(64) {
         let batch = batcher.batch(chunk.to_vec(), &device);
-        let predicted = model
-            .forward(batch.inputs)?
-            .argmax(1)
-            .into_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .map_err(|e| format!("{e:?}"))?;
-        for (item, p) in chunk.iter().zip(predicted) {
-            confusion[item.label][p as usize] += 1;
+        for (item, p) in chunk.iter().zip(model.predict(batch.inputs)?) {
+            confusion[item.label][p] += 1;
         }
     }
     let n = test_items.len();

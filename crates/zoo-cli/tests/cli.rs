@@ -1021,8 +1021,9 @@ fn write_bad_input_table(table: &[(&str, String)]) {
          Each exits with status 1, prints no panic and leaves no output file. The test \
          writes this page on every run on the flex backend: do not edit it by hand.\n\n\
          In the commands, `{tmp}` is the test's scratch folder, where it writes the broken \
-         configs, weights and inputs each case names, and `{gpt2}`, `{bert}`, `{vit}`, \
-         `{vit-cls}`, `{t5}`, `{st}` and `{roberta-cls}` are fixtures under \
+         configs, weights, data files and inputs each case names, and `{gpt2}`, \
+         `{llama}`, `{bert}`, `{vit}`, `{vit-cls}`, `{t5}`, `{st}`, `{roberta-cls}` and \
+         `{gpt2-lora}` (a PEFT adapter) are fixtures under \
          `crates/*/tests/fixtures`. Sizes measured against memory name the memory of the \
          machine that ran the test.\n\n\
          | # | command | message |\n|---|---|---|\n",

@@ -50,6 +50,15 @@ fn train(model: &Path, task: &str, data: &Path, out: &Path, args: &[&str]) -> Ru
     ok(&all)
 }
 
+/// Checks the architecture, and the labels when given, of the checkpoint in `out`.
+fn saved_as(out: &Path, architecture: &str, id2label: Option<serde_json::Value>) {
+    let config = read_json(&out.join("config.json"));
+    assert_eq!(config["architectures"], serde_json::json!([architecture]));
+    if let Some(labels) = id2label {
+        assert_eq!(config["id2label"], labels);
+    }
+}
+
 /// The same sentence, as 40 documents of a text file.
 fn sentences(tmp: &Path) -> PathBuf {
     let file = tmp.join("train.txt");
@@ -57,14 +66,17 @@ fn sentences(tmp: &Path) -> PathBuf {
     file
 }
 
+/// `zoo train` of the GPT-2 fixture on [`sentences`] (written in `tmp`) into `out`.
+fn train_gpt2(tmp: &Path, out: &Path, args: &[&str]) -> Run {
+    train(&gpt2(), "causal-lm", &sentences(tmp), out, args)
+}
+
 #[test]
 fn causal_lm_learns_a_sentence_and_generates_it() {
     let tmp = tempdir("train-causal");
     let out = tmp.join("out");
-    let run = train(
-        &gpt2(),
-        "causal-lm",
-        &sentences(&tmp),
+    let run = train_gpt2(
+        &tmp,
         &out,
         &[
             "--steps",
@@ -175,11 +187,8 @@ fn classification_learns_labels_that_classify_then_names() {
     let rounds = metrics(&out);
     let accuracy = rounds.last().unwrap()["valid_accuracy"];
     assert!(accuracy >= 99.0, "valid accuracy {accuracy}");
-    let config = read_json(&out.join("config.json"));
-    assert_eq!(
-        config["id2label"],
-        serde_json::json!({"0": "comedy", "1": "history", "2": "tragedy"})
-    );
+    let id2label = serde_json::json!({"0": "comedy", "1": "history", "2": "tragedy"});
+    saved_as(&out, "RobertaForSequenceClassification", Some(id2label));
     let top = |dir: &Path, text: &str| {
         let run = ok_on("classify", dir, &["--text", text, "--top", "1"]);
         run.stdout.split_whitespace().nth(1).unwrap().to_string()
@@ -203,15 +212,8 @@ fn classification_learns_labels_that_classify_then_names() {
         &out2,
         &common,
     );
-    let config = read_json(&out2.join("config.json"));
-    assert_eq!(
-        config["id2label"],
-        serde_json::json!({"0": "neg", "1": "pos"})
-    );
-    assert_eq!(
-        config["architectures"],
-        serde_json::json!(["RobertaForSequenceClassification"])
-    );
+    let labels = serde_json::json!({"0": "neg", "1": "pos"});
+    saved_as(&out2, "RobertaForSequenceClassification", Some(labels));
     std::fs::remove_dir_all(tmp).unwrap();
 }
 
@@ -255,15 +257,8 @@ fn token_classification_tags_each_word() {
     );
     let accuracy = metrics(&out).last().unwrap()["valid_accuracy"];
     assert!(accuracy >= 95.0, "valid accuracy {accuracy}");
-    let config = read_json(&out.join("config.json"));
-    assert_eq!(
-        config["id2label"],
-        serde_json::json!({"0": "NUM", "1": "WORD"})
-    );
-    assert_eq!(
-        config["architectures"],
-        serde_json::json!(["RobertaForTokenClassification"])
-    );
+    let labels = serde_json::json!({"0": "NUM", "1": "WORD"});
+    saved_as(&out, "RobertaForTokenClassification", Some(labels));
     std::fs::remove_dir_all(tmp).unwrap();
 }
 
@@ -283,11 +278,7 @@ fn masked_lm_and_seq2seq_lower_their_validation_loss() {
         rounds[2]["valid_loss"] < rounds[0]["valid_loss"],
         "{rounds:?}"
     );
-    let config = read_json(&out.join("config.json"));
-    assert_eq!(
-        config["architectures"],
-        serde_json::json!(["RobertaForMaskedLM"])
-    );
+    saved_as(&out, "RobertaForMaskedLM", None);
 
     let pairs = tmp.join("pairs.tsv");
     let mut text = String::from("source\ttarget\n");
@@ -437,10 +428,8 @@ fn trained_of(stdout: &str) -> (usize, usize) {
 fn lora_trains_an_adapter_that_generate_forward_and_merge_read() {
     let tmp = tempdir("train-lora");
     let adapter = tmp.join("adapter");
-    let run = train(
-        &gpt2(),
-        "causal-lm",
-        &sentences(&tmp),
+    let run = train_gpt2(
+        &tmp,
         &adapter,
         &[
             "--steps",
@@ -558,10 +547,10 @@ fn gradient_checkpointing_keeps_the_losses() {
         "16",
     ];
     let (plain, recomputed) = (tmp.join("plain"), tmp.join("recomputed"));
-    train(&gpt2(), "causal-lm", &data, &plain, &args);
+    train_gpt2(&tmp, &plain, &args);
     let mut with = args.to_vec();
     with.push("--gradient-checkpointing");
-    train(&gpt2(), "causal-lm", &data, &recomputed, &with);
+    train_gpt2(&tmp, &recomputed, &with);
     let (a, b) = (metrics(&plain), metrics(&recomputed));
     assert_eq!(a.len(), 2);
     for (ra, rb) in a.iter().zip(&b) {

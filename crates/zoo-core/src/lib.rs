@@ -11,6 +11,7 @@
 //! - [`batch`]: the batch types the tasks consume;
 //! - [`checkpoint`]: HF checkpoints for every family: `config.json`, safetensors or
 //!   `pytorch_model.bin`, key maps, one report of every tensor that does not fit, saving;
+//!   and LoRA adapters in PEFT's format over Burn's own LoRA ([`checkpoint::peft`]);
 //! - [`durable`]: files written whole or not at all, synced to the disk;
 //! - [`registry`]: the rows each family registers its architectures with, and what a
 //!   loaded checkpoint of any family offers ([`Pretrained`]);

@@ -1,8 +1,10 @@
 //! # zoo-data
 //!
-//! Readers for the data sets shipped in `datasets/`, the character vocabularies of the
-//! seeds, the subword tokenizers of every family ([`tokenizer`]: `tokenizer.json`,
-//! WordPiece, BPE), and Burn batchers for the zoo's tasks. Knows no models.
+//! Readers for the data sets shipped in `datasets/`, the user's own training files
+//! ([`records`]: plain text, JSON Lines, CSV and TSV, every row with its file and line),
+//! the character vocabularies of the seeds, the subword tokenizers of every family
+//! ([`tokenizer`]: `tokenizer.json`, WordPiece, BPE), and Burn batchers for the zoo's
+//! tasks. Knows no models.
 //!
 //! Readers return Burn datasets (`InMemDataset`), batchers implement Burn's `Batcher`, so
 //! loaders come from Burn's `DataLoaderBuilder` as usual.

@@ -37,7 +37,7 @@ pub mod sentence;
 
 pub use config::{BertConfig, HiddenAct};
 pub use error::{EncoderError, Result};
-pub use mlm::{MaskedBatch, MaskingConfig, mask_tokens};
+pub use mlm::{MaskedBatch, MaskingConfig, mask_tokens, masked_items};
 pub use model::{
     BertEmbeddings, BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification,
     BertLayer, BertModel, EncoderInput, EncoderOutput, PositionIds,

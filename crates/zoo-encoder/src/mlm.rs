@@ -59,6 +59,36 @@ pub struct MaskedBatch {
     pub type_ids: Vec<Vec<u32>>,
 }
 
+/// Masks each encoding once by the recipe, as items of `zoo-train`'s language-model
+/// task: the corrupted ids as input, the original token as the target at each chosen
+/// position. Encodings are padded in slices of 256, so one batch's padding stays small.
+///
+/// # Errors
+/// As [`mask_tokens`].
+pub fn masked_items(
+    tok: &zoo_data::BertTokenizer,
+    encodings: &[zoo_data::Encoding],
+    words: &[u32],
+    cfg: &MaskingConfig,
+    rng: &mut impl Rng,
+) -> Result<Vec<zoo_data::CausalLmItem>> {
+    let mut items = Vec::with_capacity(encodings.len());
+    for chunk in encodings.chunks(256) {
+        let batch = tok.pad(chunk.to_vec())?;
+        let m = mask_tokens(&batch, tok.mask_id(), words, cfg, rng)?;
+        for (r, e) in chunk.iter().enumerate() {
+            let n = e.ids.len();
+            items.push(zoo_data::CausalLmItem {
+                input: m.inputs[r][..n].iter().map(|&i| i as usize).collect(),
+                target: (0..n)
+                    .map(|t| m.chosen[r][t].map(|_| m.labels[r][t] as usize))
+                    .collect(),
+            });
+        }
+    }
+    Ok(items)
+}
+
 /// Masks a tokenized batch by the recipe. `words` are the ids a random replacement is
 /// drawn from, uniformly (the vocabulary without its special tokens). When no token at
 /// all is chosen in the batch, one eligible token is, so the loss is never empty.

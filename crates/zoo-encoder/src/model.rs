@@ -122,6 +122,14 @@ impl EncoderInput {
         }
     }
 
+    /// Token ids `[B, T]` with the padding mask `[B, T]` when there is one.
+    pub fn with_padding(tokens: Tensor<2, Int>, padding: Option<Tensor<2, Bool>>) -> Self {
+        Self {
+            padding,
+            ..Self::new(tokens)
+        }
+    }
+
     /// A tokenizer's padded batch as the model's input: ids, token types and the padding
     /// mask.
     pub fn from_batch(batch: &zoo_data::TokenBatch, device: &Device) -> Self {
@@ -479,10 +487,7 @@ impl TokenLogits for BertForMaskedLm {
         tokens: Tensor<2, Int>,
         padding: Option<Tensor<2, Bool>>,
     ) -> std::result::Result<Tensor<3>, ModelError> {
-        let mut input = EncoderInput::new(tokens);
-        if let Some(pad) = padding {
-            input = input.padding(pad);
-        }
+        let input = EncoderInput::with_padding(tokens, padding);
         Ok(self.forward(input)?)
     }
 
@@ -494,10 +499,7 @@ impl TokenLogits for BertForMaskedLm {
         keep: Tensor<2, Bool>,
     ) -> std::result::Result<Tensor<2>, ModelError> {
         let rows = kept_rows(&tokens, &keep)?;
-        let mut input = EncoderInput::new(tokens);
-        if let Some(pad) = padding {
-            input = input.padding(pad);
-        }
+        let input = EncoderInput::with_padding(tokens, padding);
         let h = self.bert.forward(input)?.hidden;
         let [b, t, d] = h.dims();
         Ok(self.head(h.reshape([b * t, d]).select(0, rows)))
@@ -581,6 +583,23 @@ impl BertForSequenceClassification {
     }
 }
 
+impl BertForSequenceClassification {
+    /// The most likely class of each row.
+    ///
+    /// # Errors
+    /// As [`Self::forward`], and predictions that cannot be read back.
+    pub fn predict(&self, input: EncoderInput) -> Result<Vec<usize>> {
+        let classes = self
+            .forward(input)?
+            .argmax(1)
+            .into_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .map_err(|e| EncoderError::Input(format!("cannot read the predictions back: {e:?}")))?;
+        Ok(classes.into_iter().map(|c| c as usize).collect())
+    }
+}
+
 impl ClassLogits for BertForSequenceClassification {
     type Input = EncoderInput;
 
@@ -635,10 +654,7 @@ impl TokenLogits for BertForTokenClassification {
         tokens: Tensor<2, Int>,
         padding: Option<Tensor<2, Bool>>,
     ) -> std::result::Result<Tensor<3>, ModelError> {
-        let mut input = EncoderInput::new(tokens);
-        if let Some(pad) = padding {
-            input = input.padding(pad);
-        }
+        let input = EncoderInput::with_padding(tokens, padding);
         Ok(self.forward(input)?)
     }
 }

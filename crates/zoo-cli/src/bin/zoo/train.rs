@@ -20,12 +20,12 @@ use zoo_data::{Seq2SeqItem, TokenizerError};
 use zoo_decoder::{DecoderLm, HfDecoderConfig};
 use zoo_encoder::{
     BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
-    BertTokenizer, EncoderInput, Encoding, MaskingConfig, mask_tokens,
+    BertTokenizer, EncoderInput, Encoding, MaskingConfig, masked_items,
 };
 use zoo_hub::{Detected, model_types};
 use zoo_seq2seq::{EncoderDecoder, MarianMtModel, T5ForConditionalGeneration};
 use zoo_train::{
-    CausalLmTask, ClassificationTask, FitOptions, FitResult, RoundMetrics, Seq2SeqTask, TrainArgs,
+    CausalLmTask, ClassificationTask, FitOptions, RoundMetrics, Seq2SeqTask, TrainArgs,
     TrainConfig, TrainError,
 };
 
@@ -526,26 +526,6 @@ struct Summary {
 }
 
 impl Summary {
-    fn new<T>(
-        run: &Run<'_>,
-        examples: (usize, usize),
-        params: (usize, usize),
-        fit: &FitResult<T>,
-    ) -> Self {
-        Self {
-            examples,
-            truncated: run.files.truncated.get(),
-            max_len: run.files.max_len,
-            params,
-            adapter: false,
-            last: fit.epochs.last().cloned(),
-            metrics_csv: fit.metrics_csv.clone(),
-            plot: fit.plot.clone(),
-            labels: None,
-            test: None,
-        }
-    }
-
     fn print(&self, output: &Path, copied: &[String]) {
         outln!(
             "examples:     {} train, {} valid, at most {} tokens ({} cut to fit)",
@@ -620,13 +600,14 @@ impl Run<'_> {
         max
     }
 
+    /// Trains `task` on the examples with zoo-train's learner; returns the trained task
+    /// and the run's summary.
     fn fit<T, I, B>(
         &self,
         task: T,
-        train: Vec<I>,
-        valid: Vec<I>,
+        (train, valid): (Vec<I>, Vec<I>),
         batcher: B,
-    ) -> Result<FitResult<T>>
+    ) -> Result<(T, Summary)>
     where
         T: zoo_train::Task,
         I: Clone + Send + Sync + std::fmt::Debug + 'static,
@@ -634,7 +615,9 @@ impl Run<'_> {
         T: burn::train::InferenceStep<Input = <T as burn::train::TrainStep>::Input>,
         <T as burn::train::TrainStep>::Input: Clone + std::fmt::Debug + Send + Sync,
     {
-        zoo_train::fit(
+        let params = peft::parameter_counts(&task);
+        let examples = (train.len(), valid.len());
+        let fitted = zoo_train::fit(
             task,
             train,
             valid,
@@ -643,7 +626,20 @@ impl Run<'_> {
             std::slice::from_ref(self.device),
             options(self.args.resume),
         )
-        .map_err(train_err)
+        .map_err(train_err)?;
+        let summary = Summary {
+            examples,
+            truncated: self.files.truncated.get(),
+            max_len: self.files.max_len,
+            params,
+            adapter: false,
+            last: fitted.epochs.last().cloned(),
+            metrics_csv: fitted.metrics_csv,
+            plot: fitted.plot,
+            labels: None,
+            test: None,
+        };
+        Ok((fitted.task, summary))
     }
 
     fn causal_lm(mut self) -> Result<Summary> {
@@ -681,15 +677,12 @@ impl Run<'_> {
                 }
                 Ok(blocks(&stream, block))
             })?;
-        let params = peft::parameter_counts(&model);
-        let fitted = self.fit(
+        let (task, mut summary) = self.fit(
             CausalLmTask::new(model),
-            train.clone(),
-            valid.clone(),
+            (train, valid),
             CausalLmBatcher::new(eos.unwrap_or(0)),
         )?;
-        let mut summary = Summary::new(&self, (train.len(), valid.len()), params, &fitted);
-        let model: DecoderLm = fitted.task.model.valid();
+        let model: DecoderLm = task.model.valid();
         match adapter {
             Some(adapter) => {
                 summary.adapter = true;
@@ -791,16 +784,13 @@ impl Run<'_> {
         let (train, valid) = files.items(self.cfg, self.args.valid_fraction, &encode)?;
         let test = files.test.as_ref().map(&encode).transpose()?;
         model.bert.set_labels(labels.names());
-        let params = peft::parameter_counts(&model);
         let batcher = TextClasses { tok: tok.clone() };
-        let fitted = self.fit(
+        let (task, mut summary) = self.fit(
             ClassificationTask::new(model),
-            train.clone(),
-            valid.clone(),
+            (train, valid),
             batcher.clone(),
         )?;
-        let model: BertForSequenceClassification = fitted.task.model.valid();
-        let mut summary = Summary::new(&self, (train.len(), valid.len()), params, &fitted);
+        let model: BertForSequenceClassification = task.model.valid();
         summary.labels = Some(format!(
             "{} ({})",
             labels.names().join(", "),
@@ -849,17 +839,20 @@ impl Run<'_> {
                 check_ids(records, row, &widen(&encoding.ids), vocab)?;
                 encodings.push(encoding);
             }
-            masked(&tok, &encodings, &words, &mut rng)
+            Ok(masked_items(
+                &tok,
+                &encodings,
+                &words,
+                &MaskingConfig::default(),
+                &mut rng,
+            )?)
         })?;
-        let params = peft::parameter_counts(&model);
-        let fitted = self.fit(
+        let (task, summary) = self.fit(
             CausalLmTask::new(model),
-            train.clone(),
-            valid.clone(),
+            (train, valid),
             CausalLmBatcher::new(tok.pad_id() as usize),
         )?;
-        let summary = Summary::new(&self, (train.len(), valid.len()), params, &fitted);
-        let model: BertForMaskedLm = fitted.task.model.valid();
+        let model: BertForMaskedLm = task.model.valid();
         model.save_pretrained(&self.args.output)?;
         Ok(summary)
     }
@@ -927,16 +920,13 @@ impl Run<'_> {
             Ok(out)
         })?;
         model.bert.set_labels(labels.names());
-        let params = peft::parameter_counts(&model);
-        let fitted = self.fit(
+        let (task, mut summary) = self.fit(
             CausalLmTask::new(model),
-            train.clone(),
-            valid.clone(),
+            (train, valid),
             CausalLmBatcher::new(tok.pad_id() as usize),
         )?;
-        let mut summary = Summary::new(&self, (train.len(), valid.len()), params, &fitted);
         summary.labels = Some(labels.names().join(", "));
-        let model: BertForTokenClassification = fitted.task.model.valid();
+        let model: BertForTokenClassification = task.model.valid();
         model.save_pretrained(&self.args.output)?;
         Ok(summary)
     }
@@ -1001,15 +991,8 @@ impl Run<'_> {
             bos_id: model.start_id(),
             eos_id: eos.first().copied().unwrap_or(1),
         };
-        let params = peft::parameter_counts(&model);
-        let fitted = self.fit(
-            Seq2SeqTask::new(model),
-            train.clone(),
-            valid.clone(),
-            batcher,
-        )?;
-        let summary = Summary::new(&self, (train.len(), valid.len()), params, &fitted);
-        let model = fitted.task.model.valid();
+        let (task, summary) = self.fit(Seq2SeqTask::new(model), (train, valid), batcher)?;
+        let model = task.model.valid();
         save(&model, &self.args.output).map_err(model_err)?;
         Ok(summary)
     }
@@ -1077,30 +1060,6 @@ fn replacement_words(tok: &BertTokenizer) -> Vec<u32> {
         .collect()
 }
 
-/// Each encoding masked once by BERT's recipe, as items of the language-model task.
-fn masked(
-    tok: &BertTokenizer,
-    encodings: &[Encoding],
-    words: &[u32],
-    rng: &mut rand::rngs::StdRng,
-) -> Result<Vec<CausalLmItem>> {
-    let mut items = Vec::with_capacity(encodings.len());
-    for chunk in encodings.chunks(256) {
-        let batch = tok.pad(chunk.to_vec())?;
-        let m = mask_tokens(&batch, tok.mask_id(), words, &MaskingConfig::default(), rng)?;
-        for (r, e) in chunk.iter().enumerate() {
-            let n = e.ids.len();
-            items.push(CausalLmItem {
-                input: widen(&m.inputs[r][..n]),
-                target: (0..n)
-                    .map(|t| m.chosen[r][t].map(|_| m.labels[r][t] as usize))
-                    .collect(),
-            });
-        }
-    }
-    Ok(items)
-}
-
 /// The accuracy of `model` on the `--test` examples, with the majority class's share
 /// beside it, as the summary prints it.
 fn test_accuracy(
@@ -1113,15 +1072,8 @@ fn test_accuracy(
     let mut counts = std::collections::BTreeMap::<usize, usize>::new();
     for chunk in items.chunks(64) {
         let batch = batcher.batch(chunk.to_vec(), device);
-        let predicted = model
-            .forward(batch.inputs)?
-            .argmax(1)
-            .into_data()
-            .convert::<i64>()
-            .try_into_vec::<i64>()
-            .map_err(|e| CliError::Input(format!("cannot read the predictions: {e:?}")))?;
-        for ((_, class), p) in chunk.iter().zip(predicted) {
-            right += usize::from(p as usize == *class);
+        for ((_, class), p) in chunk.iter().zip(model.predict(batch.inputs)?) {
+            right += usize::from(p == *class);
             *counts.entry(*class).or_default() += 1;
         }
     }

@@ -535,7 +535,6 @@ fn flat(v: &serde_json::Value) -> Vec<f32> {
 #[test]
 fn gradient_checkpointing_keeps_the_losses() {
     let tmp = tempdir("train-checkpointing");
-    let data = sentences(&tmp);
     let args = [
         "--steps",
         "20",

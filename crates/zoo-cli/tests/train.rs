@@ -385,6 +385,8 @@ fn a_killed_run_resumes_with_the_losses_of_an_uninterrupted_one() {
     );
     let (a, b) = (metrics(&whole), metrics(&cut));
     assert_eq!(a.len(), 4);
+    // The losses fall round by round, so a resume that started over would show.
+    assert!(a[3]["valid_loss"] < a[0]["valid_loss"] - 0.1, "{a:?}");
     for (ra, rb) in a.iter().zip(&b) {
         for key in ["train_loss", "valid_loss"] {
             assert!((ra[key] - rb[key]).abs() < 1e-6, "{key}: {ra:?} vs {rb:?}");
@@ -559,5 +561,13 @@ fn gradient_checkpointing_keeps_the_losses() {
     }
     let config = read_json(&recomputed.join("training/config.json"));
     assert_eq!(config["gradient_checkpointing"], true);
+    // The negative control: another learning rate moves the losses beyond the tolerance.
+    let other = tmp.join("other");
+    let mut faster = args.to_vec();
+    faster[5] = "3e-2";
+    train_gpt2(&tmp, &other, &faster);
+    let c = metrics(&other);
+    let moved = (a[1]["train_loss"] - c[1]["train_loss"]).abs();
+    assert!(moved > 1e-3, "another lr moved the loss by only {moved}");
     std::fs::remove_dir_all(tmp).unwrap();
 }

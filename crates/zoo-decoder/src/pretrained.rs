@@ -445,6 +445,23 @@ impl DecoderLm {
     }
 }
 
+impl DecoderLm {
+    /// This model with the PEFT LoRA adapter of `adapter` folded into its weights: what
+    /// PEFT's `merge_and_unload` gives.
+    ///
+    /// # Errors
+    /// An adapter that cannot be read or does not fit this model (named).
+    pub fn with_adapter(
+        self,
+        adapter: &Path,
+        config: &HfDecoderConfig,
+    ) -> std::result::Result<Self, zoo_core::ModelError> {
+        let adapted = zoo_core::checkpoint::peft::load_adapter(self, &config.key_map(), adapter)
+            .map_err(zoo_core::ModelError::new)?;
+        Ok(burn::module::Module::materialize(adapted))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

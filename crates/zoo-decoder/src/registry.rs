@@ -87,23 +87,6 @@ fn load_adapted_causal_lm(
     Ok(Box::new(lm))
 }
 
-impl DecoderLm {
-    /// This model with the PEFT LoRA adapter of `adapter` folded into its weights: what
-    /// PEFT's `merge_and_unload` gives.
-    ///
-    /// # Errors
-    /// An adapter that cannot be read or does not fit this model (named).
-    pub fn with_adapter(
-        self,
-        adapter: &Path,
-        config: &HfDecoderConfig,
-    ) -> Result<Self, ModelError> {
-        let adapted = zoo_core::checkpoint::peft::load_adapter(self, &config.key_map(), adapter)
-            .map_err(ModelError::new)?;
-        Ok(adapted.materialize())
-    }
-}
-
 impl Pretrained for PretrainedLm {
     fn forward(
         &self,

@@ -119,7 +119,7 @@ fn run(args: Args) -> Result<(), Error> {
     println!("heatmap: {}", args.png.display());
 
     // Semantic search: every line of the chosen plays with some words in it.
-    let globe = zoo_data::datasets_dir().join("shakespeare/globe");
+    let globe = zoo_data::dataset_file("shakespeare/globe")?;
     let mut lines: Vec<(String, String)> = Vec::new();
     for play in args
         .plays

@@ -70,7 +70,7 @@ fn main() {
 
 fn run(args: Args) -> Result<(), Error> {
     let device = device_or_exit(&args.device);
-    let path = zoo_data::datasets_dir().join("shakespeare/tiny.txt");
+    let path = zoo_data::dataset_file("shakespeare/tiny.txt")?;
     let (train_text, val_text) = zoo_data::text::load_split(&path, 0.1)?;
     let vocab = CharVocab::from_text(&format!("{train_text}{val_text}"));
     let train_ids = vocab.encode(&train_text)?;

@@ -122,8 +122,7 @@ impl DigitsSettings {
 /// # Errors
 /// A missing or malformed data file.
 pub fn split(seed: u64) -> Result<(Vec<DigitImage>, Vec<DigitImage>), Error> {
-    let images =
-        zoo_data::digits::load_digits(&zoo_data::datasets_dir().join("digits/digits.csv.gz"))?;
+    let images = zoo_data::digits::load_digits(&zoo_data::dataset_file("digits/digits.csv.gz")?)?;
     Ok(zoo_data::digits::stratified_split(&images, 0.2, seed)?)
 }
 

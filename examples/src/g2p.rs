@@ -96,7 +96,7 @@ pub struct G2pData {
 /// # Errors
 /// Missing or malformed data files.
 pub fn data(seed: u64) -> Result<G2pData, Error> {
-    let dir = zoo_data::datasets_dir().join("cmudict");
+    let dir = zoo_data::dataset_file("cmudict")?;
     let phones = cmudict::load_phones(&dir.join("cmudict.phones"))?;
     let entries = cmudict::load(&dir.join("cmudict.dict"), &phones)?;
     let (train, valid, test) = cmudict::split(&entries, seed);

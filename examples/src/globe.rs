@@ -14,7 +14,7 @@ pub const HELD_OUT_PLAYS: [&str; 3] = ["twelfth_night", "macbeth", "richard_ii"]
 /// # Errors
 /// A missing file or a malformed row.
 pub fn genres() -> Result<Vec<(String, String)>, Error> {
-    let path = zoo_data::datasets_dir().join("shakespeare/genres.tsv");
+    let path = zoo_data::dataset_file("shakespeare/genres.tsv")?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     text.lines()
         .skip(1)
@@ -36,7 +36,7 @@ pub fn genres() -> Result<Vec<(String, String)>, Error> {
 /// # Errors
 /// A work with no file.
 pub fn lines(work: &str) -> Result<Vec<String>, Error> {
-    let path = zoo_data::datasets_dir().join(format!("shakespeare/globe/{work}.txt"));
+    let path = zoo_data::dataset_file(&format!("shakespeare/globe/{work}.txt"))?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(text
         .lines()

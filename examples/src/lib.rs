@@ -240,8 +240,7 @@ pub mod names {
         report: Option<zoo_train::fit::ReportSink>,
     ) -> Result<NamesOutcome, Error> {
         let vocab = CharVocab::names();
-        let all =
-            zoo_data::names::load_names(&zoo_data::datasets_dir().join("names/first_names.txt"))?;
+        let all = zoo_data::names::load_names(&zoo_data::dataset_file("names/first_names.txt")?)?;
         let (train_names, val_names) =
             zoo_data::names::split(all, settings.val_fraction, settings.seed);
         let train_items = zoo_data::names::sequence_items(&vocab, &train_names)?;

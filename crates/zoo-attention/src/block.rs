@@ -286,7 +286,8 @@ impl TransformerBlockConfig {
         CrossAttentionBlockConfig::new(self, cross_attention)
     }
 
-    fn norm(&self, device: &Device) -> Norm {
+    /// A norm of the block's kind, width and epsilon (what each of its sub-layers has).
+    pub fn norm(&self, device: &Device) -> Norm {
         Norm::new(self.norm, self.attention.d_model, self.norm_eps, device)
     }
 

@@ -115,7 +115,7 @@ mod tests {
     use super::*;
 
     fn shipped() -> (Vec<String>, Vec<Entry>) {
-        let dir = crate::datasets_dir().join("cmudict");
+        let dir = crate::dataset_file("cmudict").unwrap();
         let phones = load_phones(&dir.join("cmudict.phones")).unwrap();
         let entries = load(&dir.join("cmudict.dict"), &phones).unwrap();
         (phones, entries)

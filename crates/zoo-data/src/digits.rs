@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn the_shipped_file_has_1797_images_of_every_digit() {
-        let images = load_digits(&crate::datasets_dir().join("digits/digits.csv.gz")).unwrap();
+        let images = load_digits(&crate::dataset_file("digits/digits.csv.gz").unwrap()).unwrap();
         assert_eq!(images.len(), 1797);
         let mut counts = [0usize; CLASSES];
         for im in &images {
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn the_split_is_stratified_disjoint_and_seeded() {
-        let images = load_digits(&crate::datasets_dir().join("digits/digits.csv.gz")).unwrap();
+        let images = load_digits(&crate::dataset_file("digits/digits.csv.gz").unwrap()).unwrap();
         let (train, test) = stratified_split(&images, 0.2, 3).unwrap();
         assert_eq!(train.len() + test.len(), 1797);
         for class in 0..CLASSES {

@@ -1,6 +1,7 @@
 //! # zoo-data
 //!
-//! Readers for the data sets shipped in `datasets/`, the user's own training files
+//! Readers for the data sets shipped in `datasets/` (found at run time through
+//! [`locate`]: an explicit folder, `$ZOO_DATA`, the cache, the source tree), the user's own training files
 //! ([`records`]: plain text, JSON Lines, CSV and TSV, every row with its file and line),
 //! the character vocabularies of the seeds, the subword tokenizers of every family
 //! ([`tokenizer`]: `tokenizer.json`, WordPiece, BPE), and Burn batchers for the zoo's
@@ -14,6 +15,7 @@ pub mod batch;
 pub mod cmudict;
 pub mod digits;
 mod error;
+pub mod locate;
 pub mod names;
 pub mod records;
 pub mod text;
@@ -24,22 +26,12 @@ pub use batch::{
     CausalLmBatch, CausalLmBatcher, CausalLmItem, Seq2SeqBatch, Seq2SeqBatcher, Seq2SeqItem,
 };
 pub use error::{DataError, Result};
+pub use locate::{dataset_file, dataset_file_in};
 pub use records::{Format, Labels, Records, Row, Value};
 pub use tokenizer::{
     BertTokenizer, ChatTemplate, Encoding, LmTokenizer, TextStream, TokenBatch, TokenizerError,
 };
 pub use vocab::CharVocab;
-
-use std::path::PathBuf;
-
-/// The `datasets/` folder of the workspace: `$ZOO_DATASETS` when set, else the folder
-/// beside the crates (found from this crate's manifest directory at build time).
-pub fn datasets_dir() -> PathBuf {
-    match std::env::var_os("ZOO_DATASETS") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets"),
-    }
-}
 
 /// Shuffles `items` in place with a fixed seed (Fisher-Yates over a seeded `StdRng`), so
 /// splits are the same on every machine.

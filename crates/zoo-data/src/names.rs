@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn shipped_names_load_and_split_reproducibly() {
-        let names = load_names(&crate::datasets_dir().join("names/first_names.txt")).unwrap();
+        let names = load_names(&crate::dataset_file("names/first_names.txt").unwrap()).unwrap();
         assert_eq!(names.len(), 5163);
         let (a_train, a_val) = split(names.clone(), 0.1, 42);
         let (b_train, b_val) = split(names, 0.1, 42);

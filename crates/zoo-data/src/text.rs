@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn shakespeare_split_is_last_tenth() {
         let (train, val) =
-            load_split(&crate::datasets_dir().join("shakespeare/tiny.txt"), 0.1).unwrap();
+            load_split(&crate::dataset_file("shakespeare/tiny.txt").unwrap(), 0.1).unwrap();
         let total = train.chars().count() + val.chars().count();
         assert!(total > 1_000_000);
         assert_eq!(val.chars().count(), (total as f64 * 0.1).round() as usize);

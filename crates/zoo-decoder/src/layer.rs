@@ -7,9 +7,14 @@
 //! - [`DecoderLayer::Parallel`]: attention and the MLP on the same input,
 //!   `x + attn(norm_1(x)) + mlp(norm_2(x))` (GPT-NeoX / Pythia).
 //!
+//! A layer of one's own (another attention, another block) runs in the same model through
+//! the [`Layer`] trait: [`DecoderConfig::init_with`] builds the model around layers of
+//! that type.
+//!
 //! [`DecoderLm`]: crate::DecoderLm
+//! [`DecoderConfig::init_with`]: crate::DecoderConfig::init_with
 
-use burn::module::Module;
+use burn::module::{Module, ModuleDisplay};
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
     BlockInput, BlockOutput, FeedForward, KvCache, Norm, ParallelBlock, SelfAttention,
@@ -17,6 +22,34 @@ use zoo_attention::{
 };
 
 use crate::error::Result;
+
+/// What a [`crate::DecoderLm`] needs of each layer it stacks: the one trait a layer of
+/// one's own implements. The model embeds the tokens, runs every layer in order, then the
+/// final norm and the head; the layer gets the hidden states, the mask (causal, with the
+/// padding keys) and the positions in a [`BlockInput`], and returns the new hidden
+/// states.
+pub trait Layer: Module + ModuleDisplay + 'static {
+    /// Runs the layer over a whole sequence.
+    ///
+    /// # Shapes
+    /// - `input.hidden`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
+    ///
+    /// # Errors
+    /// Input shapes the layer rejects.
+    fn forward(&self, input: BlockInput) -> Result<BlockOutput>;
+
+    /// Runs the layer over new positions, reading and extending `cache` (the keys and
+    /// values of the positions seen so far).
+    ///
+    /// # Errors
+    /// As [`Self::forward`], and a full cache.
+    fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput>;
+
+    /// The floats that one position of one sequence adds to this layer's cache (keys and
+    /// values together): what the model checks against the machine's memory before it
+    /// allocates a cache.
+    fn cache_floats_per_position(&self) -> usize;
+}
 
 /// Which layer a [`crate::DecoderConfig`] stacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -84,29 +117,25 @@ impl DecoderLayer {
             Self::Parallel(b) => &b.mlp,
         }
     }
+}
 
-    /// Runs the layer over a whole sequence.
-    ///
-    /// # Shapes
-    /// - `x`: `[B, T, d_model]` -> hidden `[B, T, d_model]`
-    ///
-    /// # Errors
-    /// Input shapes the attention layer rejects.
-    pub fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
+impl Layer for DecoderLayer {
+    fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
         Ok(match self {
             Self::Sequential(b) => b.forward(input)?,
             Self::Parallel(b) => b.forward(input)?,
         })
     }
 
-    /// Runs the layer over new positions, extending `cache`.
-    ///
-    /// # Errors
-    /// As [`Self::forward`], and a full cache.
-    pub fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
+    fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
         Ok(match self {
             Self::Sequential(b) => b.forward_cached(input, cache)?,
             Self::Parallel(b) => b.forward_cached(input, cache)?,
         })
+    }
+
+    fn cache_floats_per_position(&self) -> usize {
+        let attn = self.self_attn();
+        2 * attn.n_kv_heads() * attn.head_dim()
     }
 }

@@ -34,7 +34,7 @@ pub use error::{DecoderError, Result};
 pub use gemma::GemmaConfig;
 pub use gpt_neox::GptNeoXConfig;
 pub use hf::DecoderSpec;
-pub use layer::{DecoderLayer, LayerKind};
+pub use layer::{DecoderLayer, Layer, LayerKind};
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
 pub use phi3::Phi3Config;
 pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, TokenIds};

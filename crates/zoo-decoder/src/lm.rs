@@ -7,9 +7,10 @@ use zoo_attention::Positions;
 use zoo_core::{CausalLm, DecodeStep, ModelError, TokenLogits};
 
 use crate::error::DecoderError;
+use crate::layer::Layer;
 use crate::model::{DecoderCache, DecoderInput, DecoderLm};
 
-impl TokenLogits for DecoderLm {
+impl<L: Layer> TokenLogits for DecoderLm<L> {
     /// Causal: a real position never sees a later one, so right padding needs no mask;
     /// the padding mask is still applied to the keys, which changes nothing for real
     /// positions and keeps padded rows finite.
@@ -26,32 +27,32 @@ impl TokenLogits for DecoderLm {
     }
 }
 
-impl CausalLm for DecoderLm {
+impl<L: Layer> CausalLm for DecoderLm<L> {
     type Cache = DecoderCache;
 
     fn vocab_size(&self) -> usize {
-        DecoderLm::vocab_size(self)
+        DecoderLm::<L>::vocab_size(self)
     }
 
     fn max_len(&self) -> usize {
-        DecoderLm::max_len(self)
+        DecoderLm::<L>::max_len(self)
     }
 
     /// Checks first that the keys and values of `batch` rows (prompts times beams) over
     /// the longest sequence can fit in memory: `--num-beams 100000` is an error naming
     /// the size, not an allocation that aborts the process.
     fn new_cache(&self, batch: usize) -> Result<DecoderCache, ModelError> {
-        let max_len = DecoderLm::max_len(self);
+        let max_len = DecoderLm::<L>::max_len(self);
         let len = self.sliding_window().unwrap_or(max_len).min(max_len);
         let per_row: f64 = self
             .layers
             .iter()
-            .map(|l| 2.0 * (l.self_attn().n_kv_heads() * l.self_attn().head_dim()) as f64)
+            .map(|l| l.cache_floats_per_position() as f64)
             .sum();
         let what = format!("a key-value cache of {batch} rows of {len} positions");
         zoo_core::validate::fits_in_memory(&what, batch as f64 * len as f64 * per_row, 4.0)
             .map_err(DecoderError::from)?;
-        Ok(DecoderLm::new_cache(self))
+        Ok(DecoderLm::<L>::new_cache(self))
     }
 
     fn reorder_cache(&self, cache: &mut DecoderCache, rows: &[usize]) -> Result<(), ModelError> {

@@ -6,16 +6,20 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
-use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions};
+use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions, TransformerBlockConfig};
 use zoo_core::tokens::{self, TokenError, TokenLimits};
 
 use crate::config::{DecoderConfig, PositionKind};
 use crate::error::{DecoderError, Result};
-use crate::layer::DecoderLayer;
+use crate::layer::{DecoderLayer, Layer};
 
-/// A GPT-2 or Llama style causal language model.
+/// A causal language model: token embeddings, a stack of layers, a final norm and the LM
+/// head. The layers are the zoo's [`DecoderLayer`] by default (every HF architecture
+/// that the zoo loads); any type that implements [`Layer`] can take their place, through
+/// [`DecoderConfig::init_with`], and the model then trains, generates and caches as the
+/// stock one does.
 #[derive(Module, Debug)]
-pub struct DecoderLm {
+pub struct DecoderLm<L: Layer = DecoderLayer> {
     /// Token embedding `[V, d_model]` (GPT-2 `wte`, Llama `embed_tokens`).
     pub wte: Embedding,
     /// Learned positions (GPT-2 `wpe`), absent with RoPE.
@@ -23,7 +27,7 @@ pub struct DecoderLm {
     /// Embedding dropout.
     pub drop: Dropout,
     /// The layers (GPT-2 `h`, Llama `layers`).
-    pub layers: Vec<DecoderLayer>,
+    pub layers: Vec<L>,
     /// Final norm (GPT-2 `ln_f`, Llama `norm`).
     pub norm_f: Norm,
     /// The LM head: tied to `wte`, or its own `[d_model, V]` matrix.
@@ -123,6 +127,23 @@ impl DecoderConfig {
     /// # Errors
     /// See [`DecoderConfig::validate`].
     pub fn init(&self, device: &Device) -> Result<DecoderLm> {
+        self.init_with(device, |_, block| {
+            DecoderLayer::new(self.layer, block, device)
+        })
+    }
+
+    /// Validates and builds the model with layers of one's own: `layer(i, block)` builds
+    /// layer `i` of [`Self::n_layers`], given the configuration of the stock layer (its
+    /// width, heads, positions, norm and feed-forward, which a new layer can reuse in
+    /// part). The embeddings, final norm and head are the stock ones.
+    ///
+    /// # Errors
+    /// See [`DecoderConfig::validate`], and the errors of `layer`.
+    pub fn init_with<L: Layer>(
+        &self,
+        device: &Device,
+        mut layer: impl FnMut(usize, &TransformerBlockConfig) -> Result<L>,
+    ) -> Result<DecoderLm<L>> {
         self.validate()?;
         let init = Initializer::Normal {
             mean: 0.0,
@@ -130,7 +151,7 @@ impl DecoderConfig {
         };
         let block = self.block();
         let layers = (0..self.n_layers)
-            .map(|_| DecoderLayer::new(self.layer, &block, device))
+            .map(|i| layer(i, &block))
             .collect::<Result<Vec<_>>>()?;
         Ok(DecoderLm {
             wte: EmbeddingConfig::new(self.vocab_size, self.d_model)
@@ -159,7 +180,7 @@ impl DecoderConfig {
     }
 }
 
-impl DecoderLm {
+impl<L: Layer> DecoderLm<L> {
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
@@ -378,6 +399,7 @@ pub fn masked_cross_entropy(
 mod tests {
     use super::*;
     use burn::module::Param;
+    use zoo_attention::BlockOutput;
     use zoo_device::test_device;
     use zoo_device::testing::max_abs_diff;
 
@@ -391,6 +413,96 @@ mod tests {
         DecoderConfig::new(11, 16, 2, 4, 12)
             .init(&test_device())
             .unwrap()
+    }
+
+    /// A layer of one's own: the stock layer, or nothing at all (the identity).
+    #[derive(Module, Debug)]
+    struct Mine {
+        inner: DecoderLayer,
+        skip: bool,
+    }
+
+    impl Layer for Mine {
+        fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
+            if self.skip {
+                return Ok(BlockOutput {
+                    hidden: input.hidden().clone(),
+                    self_weights: None,
+                    cross_weights: None,
+                });
+            }
+            self.inner.forward(input)
+        }
+
+        fn forward_cached(&self, input: BlockInput, cache: &mut KvCache) -> Result<BlockOutput> {
+            if self.skip {
+                return self.forward(input);
+            }
+            self.inner.forward_cached(input, cache)
+        }
+
+        fn cache_floats_per_position(&self) -> usize {
+            self.inner.cache_floats_per_position()
+        }
+    }
+
+    #[test]
+    fn a_layer_of_one_s_own_runs_in_the_stock_model() {
+        let dev = test_device();
+        let cfg = DecoderConfig::tiny_llama(11, 12).with_init_std(0.3);
+        let stock = cfg.init(&dev).unwrap();
+        let mine = |skip: bool| -> DecoderLm<Mine> {
+            let mut layers = stock.layers.clone().into_iter();
+            let mut m = cfg
+                .init_with(&dev, |_, _| {
+                    Ok(Mine {
+                        inner: layers.next().unwrap(),
+                        skip,
+                    })
+                })
+                .unwrap();
+            // The stock model's embedding, norm and head, so only the layers differ.
+            m.wte = stock.wte.clone();
+            m.norm_f = stock.norm_f.clone();
+            m.lm_head = stock.lm_head.clone();
+            m
+        };
+        let rows: [&[i64]; 2] = [&[1, 2, 3, 4], &[5, 6, 7, 8]];
+        let want = stock
+            .forward(DecoderInput::new(tokens(&rows)))
+            .unwrap()
+            .logits;
+        let same = mine(false);
+        let got = same
+            .forward(DecoderInput::new(tokens(&rows)))
+            .unwrap()
+            .logits;
+        assert_eq!(max_abs_diff(&got, &want), 0.0);
+        // Cached decoding and generation go through the same trait.
+        let mut cache = same.new_cache();
+        let first = same
+            .forward_cached(
+                DecoderInput::new(tokens(&rows).slice([0..2, 0..3])),
+                &mut cache,
+            )
+            .unwrap()
+            .logits;
+        let part = |t: Tensor<3>| t.slice([0..2, 0..3, 0..11]);
+        assert!(max_abs_diff(&first, &part(want.clone())) < 1e-5);
+        let cfg_gen = zoo_core::GenerationConfig::greedy(4);
+        let a = zoo_core::generate(&stock, &[vec![1, 2]], &cfg_gen, |_, _| {}).unwrap();
+        let b = zoo_core::generate(&same, &[vec![1, 2]], &cfg_gen, |_, _| {}).unwrap();
+        assert_eq!(a.tokens, b.tokens);
+        // Negative control: with the layers skipped, the logits are the head of the
+        // normed embeddings, far from the stock model's.
+        let skipped = mine(true);
+        let got = skipped
+            .forward(DecoderInput::new(tokens(&rows)))
+            .unwrap()
+            .logits;
+        let by_hand = stock.head(stock.norm_f.forward(stock.wte.forward(tokens(&rows))));
+        assert!(max_abs_diff(&got, &by_hand) < 1e-5);
+        assert!(max_abs_diff(&got, &want) > 1e-2);
     }
 
     #[test]

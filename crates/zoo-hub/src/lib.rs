@@ -30,6 +30,10 @@
 //! architecture adds a row there and nothing here.
 #![warn(missing_docs)]
 
+mod text;
+
+pub use text::TextGeneration;
+
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;

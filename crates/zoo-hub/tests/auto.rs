@@ -204,3 +204,33 @@ fn bad_folders_and_inputs_are_named() {
     assert_eq!(e.to_string(), "the model needs input_ids");
     let _ = device.sync();
 }
+
+/// `TextGeneration` gives the prompt and what Python's `tokenizer.decode` makes of the
+/// whole sequence `transformers` generates greedily (`stream.json`), on byte-level and
+/// SentencePiece-style tokenizers alike.
+#[test]
+fn text_generation_gives_python_s_text() {
+    let device = test_device();
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for name in zoo_fixtures::DECODER_FIXTURES {
+        let dir = crates.join("zoo-decoder/tests/fixtures").join(name);
+        let want: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("stream.json")).unwrap())
+                .unwrap();
+        let lm = zoo_hub::TextGeneration::from_pretrained(&dir, &device).unwrap();
+        let prompt = want["prompt"].as_str().unwrap();
+        let text = lm.generate(prompt, &GenerationConfig::greedy(8)).unwrap();
+        assert_eq!(text, want["text"].as_str().unwrap(), "{name}");
+        // Negative control: one token fewer is a shorter text.
+        let shorter = lm.generate(prompt, &GenerationConfig::greedy(7)).unwrap();
+        assert_ne!(shorter, text, "{name}");
+    }
+    // Not a causal LM, and an empty prompt: errors that say so.
+    let bert = crates.join("zoo-encoder/tests/fixtures/bert-tiny");
+    let e = zoo_hub::TextGeneration::from_pretrained(&bert, &device).unwrap_err();
+    assert!(e.to_string().contains("is not a causal LM"), "{e}");
+    let gpt2 = crates.join("zoo-decoder/tests/fixtures/gpt2-tiny");
+    let lm = zoo_hub::TextGeneration::from_pretrained(&gpt2, &device).unwrap();
+    let e = lm.generate("", &GenerationConfig::greedy(8)).unwrap_err();
+    assert_eq!(e.to_string(), "the prompt is empty");
+}

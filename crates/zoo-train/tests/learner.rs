@@ -613,7 +613,7 @@ fn learning_image_classification_on_digits() {
     let device = zoo_device::test_device();
     let dir = temp_dir("digits");
     let mut images =
-        zoo_data::digits::load_digits(&zoo_data::datasets_dir().join("digits/digits.csv.gz"))
+        zoo_data::digits::load_digits(&zoo_data::dataset_file("digits/digits.csv.gz").unwrap())
             .unwrap();
     zoo_data::seeded_shuffle(&mut images, 11);
     let valid = images.split_off(1437); // 1,437 train, 360 validation

@@ -492,8 +492,19 @@ impl AttentionInput {
         }
     }
 
-    /// The same settings over another input `x` (a block's input after its norm).
-    pub(crate) fn over(&self, x: Tensor<3>) -> Self {
+    /// The input, `[B, T, d_model]`.
+    pub fn hidden(&self) -> &Tensor<3> {
+        &self.x
+    }
+
+    /// Whether the caller asked for the attention weights.
+    pub fn needs_weights(&self) -> bool {
+        self.need_weights
+    }
+
+    /// The same settings (mask, padding, positions, weights) over another input `x`: what
+    /// a block hands its attention after the norm.
+    pub fn over(&self, x: Tensor<3>) -> Self {
         Self {
             x,
             mask: self.mask.clone(),

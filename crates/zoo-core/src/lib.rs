@@ -15,7 +15,7 @@
 //! - [`durable`]: files written whole or not at all, synced to the disk;
 //! - [`registry`]: the rows each family registers its architectures with, and what a
 //!   loaded checkpoint of any family offers ([`Pretrained`]);
-//! - [`generate`]: logits processors, sampling and the decoding loop, and [`beam`]: beam
+//! - [`generate`](mod@generate): logits processors, sampling and the decoding loop, and [`beam`]: beam
 //!   search, both shared by decoder-only and encoder-decoder models.
 //!
 //! The crate depends on Burn's tensor API only, not on burn-train.

@@ -1,5 +1,5 @@
 //! The traits a task or a generator needs from a model. Each family implements the ones
-//! its models support; `zoo-train`'s tasks and [`crate::generate`] are written against
+//! its models support; `zoo-train`'s tasks and [`crate::generate()`] are written against
 //! these traits only.
 //!
 //! Every forward pass returns `Result`: a bad batch (a wrong shape, an id outside the

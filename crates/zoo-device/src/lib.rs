@@ -1,5 +1,5 @@
 //! One way for every program and test of the zoo to turn a backend name into a Burn
-//! [`Device`].
+//! [`Device`](burn::tensor::Device).
 //!
 //! The backends are cargo features of this crate (`flex`, the default, `ndarray`, `wgpu`,
 //! `tch`, `cuda`). Features only choose what is compiled in; which compiled backend runs is

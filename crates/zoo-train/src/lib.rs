@@ -9,7 +9,7 @@
 //! - [`TrainConfig`]: epochs or steps, batch size, AdamW, warmup then cosine decay,
 //!   clipping, accumulation, seed, artifact folder, checkpoint retention, early stopping
 //!   and the device strategy (single, multi-device or DDP); saved as `config.json`;
-//! - [`fit`]: atomic checkpoints, `resume` (the run continues with the same batches it
+//! - [`fit()`]: atomic checkpoints, `resume` (the run continues with the same batches it
 //!   would have seen), no silent replacing of an earlier run, a NaN guard that stops with
 //!   the step named, per-round `metrics.csv` (from the learner's event stream) and
 //!   `metrics.png`.

@@ -5,7 +5,7 @@
 //! per batch and no metric values, which buries a CI log; [`ReportRenderer`] is the
 //! default off a terminal instead.
 //!
-//! Whichever renderer shows progress, a [`RoundRecorder`] stands in front of it and keeps
+//! Whichever renderer shows progress, a `RoundRecorder` stands in front of it and keeps
 //! each round's metrics as the learner's event stream delivers them: the source of
 //! `metrics.csv`.
 

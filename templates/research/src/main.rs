@@ -134,7 +134,7 @@ fn args() -> Result<Args, String> {
         // Five validations, or one per step for very short runs.
         args.eval_every = (args.steps / 5).max(1);
     }
-    if args.steps % args.eval_every != 0 {
+    if !args.steps.is_multiple_of(args.eval_every) {
         return Err(format!(
             "--steps {} must be a multiple of --eval-every {}",
             args.steps, args.eval_every
@@ -207,7 +207,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     let stock_params = stock.task.model.num_params();
     let gated_params = gated.task.model.num_params();
-    println!("after {} steps, validation loss (nats per character):", args.steps);
+    println!(
+        "after {} steps, validation loss (nats per character):",
+        args.steps
+    );
     println!("  stock attention: {stock_loss:.4}  ({stock_params} parameters)");
     println!("  gated attention: {gated_loss:.4}  ({gated_params} parameters)");
 

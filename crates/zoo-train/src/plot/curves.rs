@@ -63,7 +63,7 @@ pub fn panels(rounds: &[BTreeMap<String, f64>], x_axis: &str) -> Vec<Panel> {
 }
 
 /// Draws `dir/metrics.png`, one panel per metric, through a temporary file and a rename.
-/// Titles, ticks and legends need a font (see [`FONT_PATHS`]); without one the curves are
+/// Titles, ticks and legends need a font (see `FONT_PATHS`); without one the curves are
 /// drawn alone and a warning is logged.
 ///
 /// # Errors

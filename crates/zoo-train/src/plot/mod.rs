@@ -1,6 +1,6 @@
 //! The zoo's figures, drawn with plotters: a run's metric curves (`metrics.png`,
-//! [`curves`]), heatmaps of matrices ([`heatmap`]), and line charts of named series
-//! ([`lines`]). Each is written through a temporary file, so it appears whole.
+//! `curves`), heatmaps of matrices ([`heatmap`]), and line charts of named series
+//! (`lines`). Each is written through a temporary file, so it appears whole.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -226,7 +226,7 @@ macro_rules! supervised_steps {
         impl<M: $bound> $task<M> {
             /// The step (1-based, counted by this task's guard) and message of the first
             /// forward pass that failed in a step of burn-train's traits. `TrainStep` and
-            /// `InferenceStep` cannot return an error: outside [`crate::fit`] such a step
+            /// `InferenceStep` cannot return an error: outside [`crate::fit()`] such a step
             /// logs the error, records it here and returns an output whose loss is NaN.
             /// Inside `fit` the run stops and `fit` returns the error.
             pub fn failure(&self) -> Option<(usize, String)> {

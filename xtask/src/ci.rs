@@ -207,8 +207,9 @@ pub(crate) fn ci() -> Result<bool> {
     Ok(ok)
 }
 
-/// The version of every crate of the workspace (`[workspace.package]`).
-const VERSION: &str = "0.1.0";
+/// The version of every crate of the workspace: xtask inherits it from
+/// `[workspace.package]` like the library crates, so the two cannot drift apart.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The crates a user depends on, in the order `cargo package` takes them.
 pub(crate) const LIBRARY_CRATES: [&str; 11] = [

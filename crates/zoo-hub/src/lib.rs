@@ -15,12 +15,12 @@
 //!     input_ids: Some(IntMatrix { name: "input_ids", rows: vec![vec![1, 2, 3]] }),
 //!     ..ForwardInput::default()
 //! };
-//! for (name, _values, shape) in model.forward(&input, &device)? {
-//!     println!("{name}: {shape:?}");
-//! }
+//! // HF's output names with their values and shapes: `logits` for a causal LM.
+//! let outputs = model.forward(&input, &device)?;
+//! assert!(outputs.iter().all(|(_name, values, shape)| values.len() == shape.iter().product::<usize>()));
 //! if let Some(lm) = model.generator() {
 //!     let out = lm.generate(&[vec![1, 2, 3]], &zoo_core::GenerationConfig::greedy(8), &mut |_, _| {})?;
-//!     println!("{:?}", out.tokens);
+//!     assert!(out.tokens[0].len() <= 8);
 //! }
 //! # Ok(())
 //! # }

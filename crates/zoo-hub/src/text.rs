@@ -17,7 +17,7 @@ use crate::{AutoModel, HubError, Result};
 /// let device = burn::tensor::Device::default();
 /// let lm = zoo_hub::TextGeneration::from_pretrained("path/to/gpt2", &device)?;
 /// let text = lm.generate("The zoo opens at", &zoo_core::GenerationConfig::greedy(20))?;
-/// println!("{text}");
+/// assert!(text.starts_with("The zoo opens at"));
 /// # Ok(())
 /// # }
 /// ```

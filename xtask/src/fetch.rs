@@ -122,6 +122,7 @@ pub(crate) fn fixtures() -> Result<()> {
         ("roberta.py", "zoo-encoder", Some(shakespeare.as_path())),
         ("vit.py", "zoo-vision", None),
         ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
+        ("rope.py", "zoo-decoder", None),
         // Adapters over decoder.py's checkpoints, so after it.
         ("lora.py", "zoo-decoder", None),
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),

@@ -259,6 +259,36 @@ pub struct ParallelBlock {
     pub dropout: Dropout,
 }
 
+/// Configuration of [`SandwichBlock`]: a norm before and after each sub-layer.
+#[derive(Config, Debug)]
+pub struct SandwichBlockConfig {
+    /// The self-attention, feed-forward network, norm kind and dropout. Its placement
+    /// must be pre-norm: the sub-layers read a norm of their input.
+    pub block: TransformerBlockConfig,
+}
+
+/// A layer that norms each sub-layer's input and its output before the residual add:
+/// `x + post_attn_norm(attn(norm_1(x)))`, then `x + post_mlp_norm(mlp(norm_2(x)))`
+/// (Gemma 2 and 3, four norms per layer). Names as [`TransformerBlock`], with
+/// `post_attn_norm` and `post_mlp_norm`.
+#[derive(Module, Debug)]
+pub struct SandwichBlock {
+    /// Self-attention.
+    pub self_attn: SelfAttention,
+    /// Norm before self-attention.
+    pub norm_1: Norm,
+    /// Norm of self-attention's output.
+    pub post_attn_norm: Norm,
+    /// Feed-forward network.
+    pub mlp: FeedForward,
+    /// Norm before the feed-forward network.
+    pub norm_2: Norm,
+    /// Norm of the feed-forward network's output.
+    pub post_mlp_norm: Norm,
+    /// Residual dropout, on each sub-layer's normed output.
+    pub dropout: Dropout,
+}
+
 impl NormKind {
     /// Trainable parameters of one norm over `d` features: scale and shift for
     /// LayerNorm, the scale alone for RMSNorm.
@@ -321,6 +351,57 @@ impl TransformerBlockConfig {
     pub fn parallel(self) -> ParallelBlockConfig {
         ParallelBlockConfig::new(self)
     }
+
+    /// The same parts with a norm after each sub-layer too, in a [`SandwichBlock`].
+    pub fn sandwich(self) -> SandwichBlockConfig {
+        SandwichBlockConfig::new(self)
+    }
+
+    /// Refuses a post-norm placement for a block whose sub-layers read a norm of their
+    /// input (`kind` names the block).
+    fn require_pre_norm(&self, kind: &str) -> Result<()> {
+        if self.placement == NormPlacement::Pre {
+            return Ok(());
+        }
+        Err(ConfigError::conflict(format!(
+            "a {kind} block normalises the input of its sub-layers: its placement must be Pre"
+        ))
+        .into())
+    }
+}
+
+impl SandwichBlockConfig {
+    /// Trainable parameters of the block [`Self::init`] builds: those of the sequential
+    /// block of the same parts, and the two norms after the sub-layers.
+    pub fn num_params(&self) -> usize {
+        let d = self.block.attention.d_model;
+        self.block.num_params() + 2 * self.block.norm.num_params(d)
+    }
+
+    /// Validates and builds the block.
+    ///
+    /// # Errors
+    /// As [`TransformerBlockConfig::init`], and a post-norm placement.
+    pub fn init(&self, device: &Device) -> Result<SandwichBlock> {
+        self.block.require_pre_norm("sandwich")?;
+        let TransformerBlock {
+            self_attn,
+            norm_1,
+            mlp,
+            norm_2,
+            dropout,
+            ..
+        } = self.block.init(device)?;
+        Ok(SandwichBlock {
+            self_attn,
+            norm_1,
+            post_attn_norm: self.block.norm(device),
+            mlp,
+            norm_2,
+            post_mlp_norm: self.block.norm(device),
+            dropout,
+        })
+    }
 }
 
 impl ParallelBlockConfig {
@@ -335,13 +416,7 @@ impl ParallelBlockConfig {
     /// # Errors
     /// As [`TransformerBlockConfig::init`], and a post-norm placement.
     pub fn init(&self, device: &Device) -> Result<ParallelBlock> {
-        if self.block.placement != NormPlacement::Pre {
-            return Err(ConfigError::conflict(
-                "a parallel block normalises the input of both branches: its placement must \
-                 be Pre",
-            )
-            .into());
-        }
+        self.block.require_pre_norm("parallel")?;
         let TransformerBlock {
             self_attn,
             norm_1,
@@ -596,6 +671,27 @@ impl ParallelBlock {
     }
 }
 
+self_attention_block!(SandwichBlock);
+
+impl SandwichBlock {
+    fn run(&self, input: BlockInput, cache: Option<&mut KvCache>) -> Result<BlockOutput> {
+        let x = input.x.clone();
+        let attn = self_attention(
+            &self.self_attn,
+            &input,
+            self.norm_1.forward(x.clone()),
+            cache,
+        )?;
+        let x = x + crate::dropout(&self.dropout, self.post_attn_norm.forward(attn.context));
+        let mlp = self.mlp.forward(self.norm_2.forward(x.clone()));
+        Ok(BlockOutput {
+            hidden: x + crate::dropout(&self.dropout, self.post_mlp_norm.forward(mlp)),
+            self_weights: attn.weights,
+            cross_weights: None,
+        })
+    }
+}
+
 /// The parts every block has: self-attention and the MLP, each with its norm, and the
 /// residual dropout.
 struct Sublayers<'a> {
@@ -817,6 +913,69 @@ mod tests {
         assert!(max_abs_diff(&got, &Tensor::cat(steps, 1)) < 1e-5);
         let e = config(NormPlacement::Post)
             .parallel()
+            .init(&dev)
+            .unwrap_err();
+        assert!(e.to_string().contains("its placement must be Pre"), "{e}");
+    }
+
+    #[test]
+    fn a_sandwich_block_norms_each_sub_layer_s_input_and_output() {
+        let dev = test_device();
+        let input = x(2, 5, 16);
+        let wide = Initializer::Normal {
+            mean: 0.0,
+            std: 0.5,
+        };
+        let cfg = TransformerBlockConfig::new(
+            MultiHeadAttentionConfig::new(16, 4).with_initializer(wide.clone()),
+            FeedForwardConfig::new(16, 32).with_initializer(wide),
+        )
+        .with_norm(NormKind::RmsNorm)
+        .sandwich();
+        let p = cfg.init(&dev).unwrap();
+        let got = p
+            .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
+            .unwrap()
+            .hidden;
+        let attn = p
+            .self_attn
+            .forward(AttentionInput::new(p.norm_1.forward(input.clone())).causal())
+            .unwrap()
+            .context;
+        let mid = input.clone() + p.post_attn_norm.forward(attn);
+        let mlp = p.mlp.forward(p.norm_2.forward(mid.clone()));
+        let want = mid + p.post_mlp_norm.forward(mlp);
+        assert!(max_abs_diff(&got, &want) < 1e-5);
+        // Four norms of 16: two more than the sequential block of the same parts.
+        assert_eq!(cfg.num_params(), cfg.block.num_params() + 2 * 16);
+        assert_eq!(p.num_params(), cfg.num_params());
+        // Negative control: without the norms after the sub-layers, another output.
+        let seq = TransformerBlock {
+            self_attn: p.self_attn.clone(),
+            norm_1: p.norm_1.clone(),
+            mlp: p.mlp.clone(),
+            norm_2: p.norm_2.clone(),
+            dropout: p.dropout.clone(),
+            placement: NormPlacement::Pre,
+        };
+        let other = seq
+            .forward(BlockInput::new(input.clone()).mask(Mask::causal()))
+            .unwrap()
+            .hidden;
+        assert!(max_abs_diff(&got, &other) > 1e-3);
+        // The cache gives the full forward's output, step by step.
+        let mut cache = KvCache::new(8);
+        let steps: Vec<_> = (0..5)
+            .map(|i| {
+                let step = input.clone().slice([0..2, i..i + 1, 0..16]);
+                p.forward_cached(BlockInput::new(step), &mut cache)
+                    .unwrap()
+                    .hidden
+            })
+            .collect();
+        assert!(max_abs_diff(&got, &Tensor::cat(steps, 1)) < 1e-5);
+        let e = config(NormPlacement::Post)
+            .sandwich()
             .init(&dev)
             .unwrap_err();
         assert!(e.to_string().contains("its placement must be Pre"), "{e}");

@@ -37,8 +37,8 @@ pub mod sdpa;
 
 pub use block::{
     BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, Norm,
-    NormKind, NormPlacement, OffsetRmsNorm, ParallelBlock, ParallelBlockConfig, TransformerBlock,
-    TransformerBlockConfig, linear_rows, tied_logits,
+    NormKind, NormPlacement, OffsetRmsNorm, ParallelBlock, ParallelBlockConfig, SandwichBlock,
+    SandwichBlockConfig, TransformerBlock, TransformerBlockConfig, linear_rows, tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use dropout::dropout;

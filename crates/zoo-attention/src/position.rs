@@ -263,8 +263,10 @@ pub enum RopeLayout {
     Interleaved,
 }
 
-/// How RoPE's frequencies are stretched for a context longer than the one trained on.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+/// How RoPE's frequencies are stretched for a context longer than the one trained on:
+/// the types of `transformers`' `rope_type` (`modeling_rope_utils.py`), each computing the
+/// frequencies and the factor on the cosines and sines that its function there computes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub enum RopeScaling {
     /// The frequencies as they are.
     #[default]
@@ -273,6 +275,13 @@ pub enum RopeScaling {
     /// HF's `linear`).
     Linear {
         /// The stretch.
+        factor: f64,
+    },
+    /// Dynamic NTK scaling (HF's `dynamic`): the base grows with the sequence once it
+    /// passes `max_position_embeddings`, so within the model's positions (the only ones
+    /// the zoo runs) the frequencies are the default ones, as in `transformers`.
+    Dynamic {
+        /// The stretch that the base's growth is computed from.
         factor: f64,
     },
     /// Llama 3.1's rule (HF's `llama3`): frequencies whose wavelength is longer than
@@ -289,40 +298,151 @@ pub enum RopeScaling {
         /// The context the model was first trained on.
         original_max_position_embeddings: usize,
     },
+    /// YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of Large
+    /// Language Models"; HF's `yarn`): pairs that turn fewer than `beta_slow` times over
+    /// the original context are divided by `factor`, those that turn more than
+    /// `beta_fast` times are kept, a linear ramp over the pair index blends between, and
+    /// the cosines and sines are multiplied by `attention_factor`.
+    Yarn {
+        /// The stretch.
+        factor: f64,
+        /// The context the model was first trained on.
+        original_max_position_embeddings: usize,
+        /// Turns above which a pair is kept (HF's default 32).
+        beta_fast: f64,
+        /// Turns below which a pair is stretched in full (HF's default 1).
+        beta_slow: f64,
+        /// The ramp's ends rounded outwards to whole pairs (HF's default true).
+        truncate: bool,
+        /// The factor on the cosines and sines (by default `0.1 ln(factor) + 1`).
+        attention_factor: f64,
+    },
+    /// LongRoPE (Ding et al., 2024; HF's `longrope`, Phi-3's 128k models): frequency `i`
+    /// divided by `short_factor[i]` while the sequence is within
+    /// `original_max_position_embeddings`, by `long_factor[i]` once it is longer, and the
+    /// cosines and sines multiplied by `attention_factor`.
+    LongRope {
+        /// The divisors within the original context, one per rotated pair.
+        short_factor: Vec<f64>,
+        /// The divisors past it, one per rotated pair.
+        long_factor: Vec<f64>,
+        /// The length at which the long divisors take over (a sequence longer than it).
+        original_max_position_embeddings: usize,
+        /// The factor on the cosines and sines (by default
+        /// `sqrt(1 + ln(factor) / ln(original))`).
+        attention_factor: f64,
+    },
 }
 
 impl RopeScaling {
-    /// The frequency that replaces `inv_freq` (radians per position).
-    pub fn scale(&self, inv_freq: f64) -> f64 {
-        match *self {
-            Self::None => inv_freq,
-            Self::Linear { factor } => inv_freq / factor,
-            Self::Llama3 {
+    /// The frequencies (radians per position) of the `dim / 2` pairs of `dim` rotated
+    /// features with base `theta`, within the original context (LongRoPE's short ones).
+    pub fn frequencies(&self, theta: f64, dim: usize) -> Vec<f64> {
+        let half = dim / 2;
+        let plain: Vec<f64> = (0..half)
+            .map(|i| theta.powf(-((2 * i) as f64) / dim as f64))
+            .collect();
+        match self {
+            Self::None | Self::Dynamic { .. } => plain,
+            Self::Linear { factor } => plain.iter().map(|f| f / factor).collect(),
+            Self::Llama3 { .. } => plain.iter().map(|&f| self.llama3(f)).collect(),
+            Self::Yarn {
                 factor,
-                low_freq_factor,
-                high_freq_factor,
                 original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
             } => {
-                let old = original_max_position_embeddings as f64;
-                let wavelen = 2.0 * std::f64::consts::PI / inv_freq;
-                if wavelen < old / high_freq_factor {
-                    inv_freq
-                } else if wavelen > old / low_freq_factor {
-                    inv_freq / factor
-                } else {
-                    let smooth =
-                        (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-                    (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+                let d = dim as f64;
+                let original = *original_max_position_embeddings as f64;
+                // The pair index at which a frequency turns `turns` times over the
+                // original context.
+                let pair = |turns: f64| {
+                    d * (original / (turns * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln())
+                };
+                let (mut low, mut high) = (pair(*beta_fast), pair(*beta_slow));
+                if *truncate {
+                    (low, high) = (low.floor(), high.ceil());
                 }
+                let (low, mut high) = (low.max(0.0), high.min(d - 1.0));
+                if low == high {
+                    high += 0.001;
+                }
+                plain
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &f)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        let kept = 1.0 - ramp;
+                        f / factor * (1.0 - kept) + f * kept
+                    })
+                    .collect()
             }
+            Self::LongRope { short_factor, .. } => divided(&plain, short_factor),
+        }
+    }
+
+    /// LongRoPE's frequencies past the original context, and the length past which they
+    /// apply; `None` for every other type.
+    pub fn long_frequencies(&self, theta: f64, dim: usize) -> Option<(Vec<f64>, usize)> {
+        match self {
+            Self::LongRope {
+                long_factor,
+                original_max_position_embeddings,
+                ..
+            } => {
+                let plain = Self::None.frequencies(theta, dim);
+                Some((
+                    divided(&plain, long_factor),
+                    *original_max_position_embeddings,
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// The factor on the cosines and sines: YaRN's and LongRoPE's, 1 for the others.
+    pub fn attention_factor(&self) -> f64 {
+        match self {
+            Self::Yarn {
+                attention_factor, ..
+            }
+            | Self::LongRope {
+                attention_factor, ..
+            } => *attention_factor,
+            _ => 1.0,
+        }
+    }
+
+    /// Llama 3.1's rule applied to one frequency.
+    fn llama3(&self, inv_freq: f64) -> f64 {
+        let Self::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } = *self
+        else {
+            return inv_freq;
+        };
+        let old = original_max_position_embeddings as f64;
+        let wavelen = 2.0 * std::f64::consts::PI / inv_freq;
+        if wavelen < old / high_freq_factor {
+            inv_freq
+        } else if wavelen > old / low_freq_factor {
+            inv_freq / factor
+        } else {
+            let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+            (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
         }
     }
 
     /// Checks the settings.
     ///
     /// # Errors
-    /// A factor that is not a positive number, or Llama 3's `high_freq_factor` not above
-    /// its `low_freq_factor`.
+    /// A factor that is not a positive number, Llama 3's `high_freq_factor` not above
+    /// its `low_freq_factor`, or a zero original context.
     pub fn validate(&self) -> Result<()> {
         let positive = |name: &str, v: f64| {
             if v.is_finite() && v > 0.0 {
@@ -331,18 +451,29 @@ impl RopeScaling {
                 Err(ConfigError::range(name, "finite and > 0", v))
             }
         };
-        match *self {
+        let original = |n: usize| {
+            if n == 0 {
+                Err(ConfigError::zero(
+                    "rope_scaling.original_max_position_embeddings",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
             Self::None => {}
-            Self::Linear { factor } => positive("rope_scaling.factor", factor)?,
+            Self::Linear { factor } | Self::Dynamic { factor } => {
+                positive("rope_scaling.factor", *factor)?;
+            }
             Self::Llama3 {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
                 original_max_position_embeddings,
             } => {
-                positive("rope_scaling.factor", factor)?;
-                positive("rope_scaling.low_freq_factor", low_freq_factor)?;
-                if high_freq_factor.partial_cmp(&low_freq_factor)
+                positive("rope_scaling.factor", *factor)?;
+                positive("rope_scaling.low_freq_factor", *low_freq_factor)?;
+                if high_freq_factor.partial_cmp(low_freq_factor)
                     != Some(std::cmp::Ordering::Greater)
                 {
                     return Err(ConfigError::range(
@@ -352,15 +483,75 @@ impl RopeScaling {
                     )
                     .into());
                 }
-                if original_max_position_embeddings == 0 {
-                    return Err(
-                        ConfigError::zero("rope_scaling.original_max_position_embeddings").into(),
-                    );
+                original(*original_max_position_embeddings)?;
+            }
+            Self::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                ..
+            } => {
+                positive("rope_scaling.factor", *factor)?;
+                positive("rope_scaling.beta_fast", *beta_fast)?;
+                positive("rope_scaling.beta_slow", *beta_slow)?;
+                positive("rope_scaling.attention_factor", *attention_factor)?;
+                original(*original_max_position_embeddings)?;
+            }
+            Self::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings,
+                attention_factor,
+            } => {
+                for (name, list) in [
+                    ("rope_scaling.short_factor", short_factor),
+                    ("rope_scaling.long_factor", long_factor),
+                ] {
+                    for &f in list {
+                        positive(name, f)?;
+                    }
+                }
+                positive("rope_scaling.attention_factor", *attention_factor)?;
+                original(*original_max_position_embeddings)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::validate`], and LongRoPE's lists against the `dim` rotated features:
+    /// one divisor per pair.
+    ///
+    /// # Errors
+    /// As [`Self::validate`], and a list of another length.
+    pub fn validate_for(&self, dim: usize) -> Result<()> {
+        self.validate()?;
+        if let Self::LongRope {
+            short_factor,
+            long_factor,
+            ..
+        } = self
+        {
+            for (name, list) in [("short_factor", short_factor), ("long_factor", long_factor)] {
+                if list.len() != dim / 2 {
+                    return Err(ConfigError::conflict(format!(
+                        "rope_scaling.{name} has {} numbers; {dim} rotated features need {}, \
+                         one per pair",
+                        list.len(),
+                        dim / 2
+                    ))
+                    .into());
                 }
             }
         }
         Ok(())
     }
+}
+
+/// `plain[i] / by[i]`.
+fn divided(plain: &[f64], by: &[f64]) -> Vec<f64> {
+    plain.iter().zip(by).map(|(f, d)| f / d).collect()
 }
 
 /// Rotary position embedding (Su et al., 2021, "RoFormer").
@@ -382,21 +573,51 @@ pub struct RotaryEncodingConfig {
     pub scaling: RopeScaling,
 }
 
+/// The cosines and sines of the rotation angles, `[max_len, rotated / 2]` each.
+#[derive(Module, Debug)]
+pub struct RopeTable {
+    cos: Tensor<2>,
+    sin: Tensor<2>,
+}
+
+impl RopeTable {
+    /// The tables of `freqs` over positions `0..max_len`, times `factor`.
+    fn new(freqs: &[f64], max_len: usize, factor: f64, device: &Device) -> Self {
+        let half = freqs.len();
+        let mut cos = Vec::with_capacity(max_len * half);
+        let mut sin = Vec::with_capacity(max_len * half);
+        for pos in 0..max_len {
+            for freq in freqs {
+                let angle = pos as f64 * freq;
+                cos.push((angle.cos() * factor) as f32);
+                sin.push((angle.sin() * factor) as f32);
+            }
+        }
+        Self {
+            cos: Tensor::from_data(TensorData::new(cos, [max_len, half]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [max_len, half]), device),
+        }
+    }
+}
+
 /// Precomputed cosines and sines of the rotation angles.
 #[derive(Module, Debug)]
 pub struct RotaryEncoding {
-    /// `[max_len, head_dim / 2]`
-    cos: Tensor<2>,
-    /// `[max_len, head_dim / 2]`
-    sin: Tensor<2>,
+    /// The tables within the original context (the only ones but for LongRoPE).
+    table: RopeTable,
+    /// LongRoPE's tables, used when a call reaches past `long_after` positions.
+    long: Option<RopeTable>,
+    long_after: usize,
     interleaved: bool,
 }
 
 impl RotaryEncodingConfig {
-    /// Precomputes the tables: angle `pos · theta^(-2i/D)` for pair `i`.
+    /// Precomputes the tables: angle `pos · theta^(-2i/D)` for pair `i`, stretched by the
+    /// scaling, the cosines and sines times its attention factor.
     ///
     /// # Errors
-    /// An odd or zero head dimension, or a zero `max_len`.
+    /// An odd or zero head dimension, a zero `max_len`, or scaling settings that
+    /// [`RopeScaling::validate_for`] refuses.
     pub fn init(&self, device: &Device) -> Result<RotaryEncoding> {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(ConfigError::range(
@@ -409,26 +630,20 @@ impl RotaryEncodingConfig {
         if self.max_len == 0 {
             return Err(ConfigError::zero("max_len").into());
         }
-        self.scaling.validate()?;
-        let half = self.head_dim / 2;
-        let freqs: Vec<f64> = (0..half)
-            .map(|i| {
-                self.scaling
-                    .scale(self.theta.powf(-((2 * i) as f64) / self.head_dim as f64))
-            })
-            .collect();
-        let mut cos = Vec::with_capacity(self.max_len * half);
-        let mut sin = Vec::with_capacity(self.max_len * half);
-        for pos in 0..self.max_len {
-            for freq in &freqs {
-                let angle = pos as f64 * freq;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
-            }
-        }
+        self.scaling.validate_for(self.head_dim)?;
+        let factor = self.scaling.attention_factor();
+        let freqs = self.scaling.frequencies(self.theta, self.head_dim);
+        let (long, long_after) = match self.scaling.long_frequencies(self.theta, self.head_dim) {
+            Some((freqs, after)) if after < self.max_len => (
+                Some(RopeTable::new(&freqs, self.max_len, factor, device)),
+                after,
+            ),
+            _ => (None, self.max_len),
+        };
         Ok(RotaryEncoding {
-            cos: Tensor::from_data(TensorData::new(cos, [self.max_len, half]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [self.max_len, half]), device),
+            table: RopeTable::new(&freqs, self.max_len, factor, device),
+            long,
+            long_after,
             interleaved: self.layout == RopeLayout::Interleaved,
         })
     }
@@ -437,7 +652,17 @@ impl RotaryEncodingConfig {
 impl RotaryEncoding {
     /// The longest sequence the tables cover.
     pub fn max_len(&self) -> usize {
-        self.cos.dims()[0]
+        self.table.cos.dims()[0]
+    }
+
+    /// The tables for a call whose furthest position is `last`: LongRoPE's long ones
+    /// once the sequence is longer than the original context, as `transformers` picks
+    /// them at each call.
+    fn table_for(&self, last: usize) -> &RopeTable {
+        match &self.long {
+            Some(long) if last + 1 > self.long_after => long,
+            _ => &self.table,
+        }
     }
 
     /// Rotates `x` as if its first position were `offset` (for cached decoding).
@@ -457,14 +682,15 @@ impl RotaryEncoding {
                 max_len,
             });
         }
-        let half = self.cos.dims()[1];
+        let table = self.table_for((offset + t).saturating_sub(1));
+        let half = table.cos.dims()[1];
         // [T, D/2] -> [1, 1, T, D/2]
-        let cos = self
+        let cos = table
             .cos
             .clone()
             .slice([offset..offset + t, 0..half])
             .reshape([1, 1, t, half]);
-        let sin = self
+        let sin = table
             .sin
             .clone()
             .slice([offset..offset + t, 0..half])
@@ -491,22 +717,23 @@ impl RotaryEncoding {
                 max_len,
             });
         }
-        let half = self.cos.dims()[1];
+        let table = self.table_for(positions.max());
+        let half = table.cos.dims()[1];
         let flat = positions.tensor().clone().reshape([b * t]);
         // [B T, D/2] -> [B, 1, T, D/2]
-        let cos = self
+        let cos = table
             .cos
             .clone()
             .select(0, flat.clone())
             .reshape([b, 1, t, half]);
-        let sin = self.sin.clone().select(0, flat).reshape([b, 1, t, half]);
+        let sin = table.sin.clone().select(0, flat).reshape([b, 1, t, half]);
         Ok(self.rotate(x, cos, sin))
     }
 
     /// The features the tables cover: the whole head, or its first `rotary_dim` features
     /// (partial rotary, as GPT-NeoX and Phi-2), the rest passed through unrotated.
     pub fn rotary_dim(&self) -> usize {
-        2 * self.cos.dims()[1]
+        2 * self.table.cos.dims()[1]
     }
 
     fn rotate(&self, x: Tensor<4>, cos: Tensor<4>, sin: Tensor<4>) -> Tensor<4> {
@@ -910,11 +1137,11 @@ mod tests {
                     .into_scalar::<f32>()
             };
             assert!(
-                (at(&rope.cos) - cos).abs() < 1e-6,
+                (at(&rope.table.cos) - cos).abs() < 1e-6,
                 "theta {theta} pos {pos} pair {i}"
             );
             assert!(
-                (at(&rope.sin) - sin).abs() < 1e-6,
+                (at(&rope.table.sin) - sin).abs() < 1e-6,
                 "theta {theta} pos {pos} pair {i}"
             );
         }
@@ -1055,6 +1282,63 @@ mod tests {
         assert_eq!(bias[6 + 3], table[bucket * 2 + 1]);
     }
 
+    /// LongRoPE rotates with its short divisors while a call stays within the original
+    /// context and with its long ones once it reaches past it (whole sequences, cached
+    /// steps and per-row positions alike), and scales the cosines and sines by its
+    /// attention factor.
+    #[test]
+    fn longrope_switches_to_its_long_divisors_past_the_original_context() {
+        let dev = test_device();
+        let scaling = RopeScaling::LongRope {
+            short_factor: vec![1.0, 2.0],
+            long_factor: vec![3.0, 4.0],
+            original_max_position_embeddings: 4,
+            attention_factor: 1.5,
+        };
+        let rope = RotaryEncodingConfig::new(4, 8)
+            .with_theta(100.0)
+            .with_scaling(scaling)
+            .init(&dev)
+            .unwrap();
+        // Feature 0 is 1 and its partner 0: the output's feature 0 is 1.5 cos(p f0),
+        // f0 = 100^0 divided by the first divisor.
+        let unit = |t: usize| {
+            let mut v = vec![0f32; t * 4];
+            for p in 0..t {
+                v[p * 4] = 1.0;
+            }
+            Tensor::<4>::from_data(TensorData::new(v, [1, 1, t, 4]), &dev)
+        };
+        let first = |x: Tensor<4>| -> Vec<f32> {
+            let t = x.dims()[2];
+            zoo_device::testing::floats(x.slice([0..1, 0..1, 0..t, 0..1]))
+        };
+        let want = |t: usize, divisor: f64| -> Vec<f32> {
+            (0..t)
+                .map(|p| (1.5 * (p as f64 / divisor).cos()) as f32)
+                .collect()
+        };
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+        assert!(close(
+            &first(rope.forward(unit(4), 0).unwrap()),
+            &want(4, 1.0)
+        ));
+        assert!(close(
+            &first(rope.forward(unit(6), 0).unwrap()),
+            &want(6, 3.0)
+        ));
+        // A cached step at position 4: the sequence is 5 long.
+        let step = first(rope.forward(unit(1), 4).unwrap());
+        assert!((step[0] - (1.5 * (4.0f64 / 3.0).cos()) as f32).abs() < 1e-5);
+        let at = Positions::from_rows(&[vec![0, 1, 2, 3, 4]], &dev).unwrap();
+        assert!(close(
+            &first(rope.forward_at(unit(5), &at).unwrap()),
+            &want(5, 3.0)
+        ));
+        // Negative control: within the context the long divisors give other values.
+        assert!(!close(&want(4, 1.0), &want(4, 3.0)));
+    }
+
     #[test]
     fn llama3_scaling_keeps_high_frequencies_stretches_low_ones_and_blends_between() {
         let s = RopeScaling::Llama3 {
@@ -1065,14 +1349,17 @@ mod tests {
         };
         // Wavelength 2π / f against 8192 / 4 = 2048 and 8192 / 1 = 8192.
         let high = 2.0 * std::f64::consts::PI / 1000.0;
-        assert_eq!(s.scale(high), high);
+        assert_eq!(s.llama3(high), high);
         let low = 2.0 * std::f64::consts::PI / 10000.0;
-        assert!((s.scale(low) - low / 8.0).abs() < 1e-15);
+        assert!((s.llama3(low) - low / 8.0).abs() < 1e-15);
         // Wavelength 4096: smooth = (8192 / 4096 - 1) / (4 - 1) = 1/3.
         let mid = 2.0 * std::f64::consts::PI / 4096.0;
         let want = (2.0 / 3.0) * mid / 8.0 + (1.0 / 3.0) * mid;
-        assert!((s.scale(mid) - want).abs() < 1e-15);
-        assert_eq!(RopeScaling::Linear { factor: 4.0 }.scale(1.0), 0.25);
+        assert!((s.llama3(mid) - want).abs() < 1e-15);
+        assert_eq!(
+            RopeScaling::Linear { factor: 4.0 }.frequencies(1.0, 4),
+            [0.25, 0.25]
+        );
         let bad = RopeScaling::Llama3 {
             factor: 8.0,
             low_freq_factor: 4.0,

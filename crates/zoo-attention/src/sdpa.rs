@@ -28,6 +28,48 @@ fn default_scale(head_dim: usize, scale: Option<f64>) -> f64 {
     scale.unwrap_or_else(|| 1.0 / (head_dim as f64).sqrt())
 }
 
+/// What turns the products `Q Kᵀ` into scores, before any mask or bias: a factor
+/// (default `1 / sqrt(D)`) and, when set, a soft cap `cap · tanh(s / cap)` that bounds
+/// every score to `(-cap, cap)` (Gemma 2's `attn_logit_softcapping`). The cap comes after
+/// the factor and before the mask and the bias, the order of `transformers` and of Burn's
+/// fused op. Every path takes it; `None` (or `Some(factor)`) converts to it without a cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ScoreScale {
+    /// The factor on `Q Kᵀ`. Default: `1 / sqrt(D)`.
+    pub factor: Option<f64>,
+    /// The soft cap, positive. Default: none.
+    pub softcap: Option<f64>,
+}
+
+impl From<Option<f64>> for ScoreScale {
+    fn from(factor: Option<f64>) -> Self {
+        Self {
+            factor,
+            softcap: None,
+        }
+    }
+}
+
+impl ScoreScale {
+    /// The same factor with a soft cap.
+    pub fn with_softcap(self, softcap: Option<f64>) -> Self {
+        Self { softcap, ..self }
+    }
+
+    /// The factor for heads of width `head_dim`.
+    fn factor_for(&self, head_dim: usize) -> f64 {
+        default_scale(head_dim, self.factor)
+    }
+
+    /// `s` capped, when there is a cap.
+    fn cap(&self, s: Tensor<4>) -> Tensor<4> {
+        match self.softcap {
+            Some(cap) => (s / cap).tanh() * cap,
+            None => s,
+        }
+    }
+}
+
 /// Checks Q, K, V and the mask against each other, returning `[B, H, Tq, Tk]`.
 fn check_qkv(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, mask: &Mask) -> Result<[usize; 4]> {
     let [b, h, tq, d] = q.dims();
@@ -77,15 +119,15 @@ pub fn attention_reference(
     k: Tensor<4>,
     v: Tensor<4>,
     mask: &Mask,
-    scale: Option<f64>,
+    scale: impl Into<ScoreScale>,
     dropout: Option<&Dropout>,
 ) -> Result<(Tensor<4>, Tensor<4>)> {
     let shape = check_qkv(&q, &k, &v, mask)?;
     let d = q.dims()[3];
     let device = q.device();
-    let scale = default_scale(d, scale);
+    let scale = scale.into();
     // [B, H, Tq, D] x [B, H, D, Tk] -> [B, H, Tq, Tk]
-    let mut scores = q.matmul(k.swap_dims(2, 3)) * scale;
+    let mut scores = scale.cap(q.matmul(k.swap_dims(2, 3)) * scale.factor_for(d));
     if let Some(bias) = mask.materialize_bias(shape) {
         scores = scores + bias;
     }
@@ -116,10 +158,17 @@ pub fn attention_fused(
     k: Tensor<4>,
     v: Tensor<4>,
     mask: &Mask,
-    scale: Option<f64>,
+    scale: impl Into<ScoreScale>,
 ) -> Result<Tensor<4>> {
     let shape = check_qkv(&q, &k, &v, mask)?;
     let [b, h, tq, tk] = shape;
+    let scale = scale.into();
+    // libtorch's SDPA has no soft cap, and burn-tch 0.22.1 drops the option when it calls
+    // it (it keeps it only on its decomposed path, taken with a bias or under autodiff):
+    // there the reference path computes a capped attention instead.
+    if scale.softcap.is_some() && zoo_device::is_libtorch(&q.device()) {
+        return Ok(attention_reference(q, k, v, mask, scale, None)?.0);
+    }
     let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
@@ -148,8 +197,8 @@ pub fn attention_fused(
     let (kernel_mask, bias, is_causal) =
         kernel_masks(&device, burn_mask, compact.as_ref(), bias, is_causal, shape);
     let options = AttentionModuleOptions {
-        scale: Some(default_scale(d, scale)),
-        softcap: None,
+        scale: Some(scale.factor_for(d)),
+        softcap: scale.softcap,
         is_causal,
     };
     let out = attention(q, k, v, kernel_mask, bias, options);
@@ -255,7 +304,7 @@ pub fn attention_chunked(
     k: Tensor<4>,
     v: Tensor<4>,
     mask: &Mask,
-    scale: Option<f64>,
+    scale: impl Into<ScoreScale>,
     block_q: usize,
     block_k: usize,
 ) -> Result<Tensor<4>> {
@@ -263,7 +312,8 @@ pub fn attention_chunked(
     let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
-    let scale = default_scale(d, scale);
+    let scores = scale.into();
+    let scale = scores.factor_for(d);
     let block_q = block_q.max(1);
     let block_k = block_k.max(1);
     let mut outputs = Vec::with_capacity(tq.div_ceil(block_q));
@@ -282,7 +332,7 @@ pub fn attention_chunked(
             let kb = k.clone().slice([0..b, 0..h, k0..k1, 0..d]);
             let vb = v.clone().slice([0..b, 0..h, k0..k1, 0..dv]);
             // [B, H, bq, D] x [B, H, D, bk] -> [B, H, bq, bk]
-            let mut s = qb.clone().matmul(kb.swap_dims(2, 3));
+            let mut s = scores.cap(qb.clone().matmul(kb.swap_dims(2, 3)));
             if let Some(bias) = &mask.bias {
                 s = s + tile(bias.clone(), q0..q1, k0..k1);
             }
@@ -341,7 +391,7 @@ pub fn attention_sliding_window(
     window: usize,
     causal: bool,
     global: &[usize],
-    scale: Option<f64>,
+    scale: impl Into<ScoreScale>,
     block: usize,
 ) -> Result<Tensor<4>> {
     let [b, h, t, tk] = check_qkv(&q, &k, &v, &Mask::none())?;
@@ -356,7 +406,8 @@ pub fn attention_sliding_window(
     let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
-    let scale = default_scale(d, scale);
+    let scores = scale.into();
+    let scale = scores.factor_for(d);
     let block = block.max(1);
     let mut global: Vec<usize> = global.iter().copied().filter(|&g| g < t).collect();
     global.sort_unstable();
@@ -395,7 +446,7 @@ pub fn attention_sliding_window(
             Tensor::<2, Bool>::from_data(TensorData::new(masked, [q1 - q0, keys.len()]), &device)
                 .reshape([1, 1, q1 - q0, keys.len()]);
         let qb = q.clone().slice([0..b, 0..h, q0..q1, 0..d]);
-        let s = qb.matmul(kb.swap_dims(2, 3)) * scale;
+        let s = scores.cap(qb.matmul(kb.swap_dims(2, 3)) * scale);
         let w = safe_softmax(s.mask_fill(m, f32::NEG_INFINITY));
         outputs.push(w.matmul(vb));
     }
@@ -408,7 +459,7 @@ pub fn attention_sliding_window(
         } else {
             Mask::none()
         };
-        let row = attention_reference(qg, k.clone(), v.clone(), &mask, Some(scale), None)?.0;
+        let row = attention_reference(qg, k.clone(), v.clone(), &mask, scores, None)?.0;
         out = out.slice_assign([0..b, 0..h, g..g + 1, 0..dv], row);
     }
     Ok(out)
@@ -579,6 +630,57 @@ mod tests {
             let causal = attention_fused(q.clone(), k.clone(), v.clone(), &Mask::causal(), None);
             let full = attention_fused(q.clone(), k.clone(), v.clone(), &Mask::none(), None);
             assert!(max_abs_diff(&causal.unwrap(), &full.unwrap()) > 1e-2);
+        }
+    }
+
+    /// A soft cap bounds the scores the same way on every path: the reference path
+    /// computes `softmax(cap · tanh(s / cap))` by its formula, and the fused, chunked and
+    /// sliding-window paths equal it, on the plain device and under autodiff.
+    #[test]
+    fn a_soft_cap_is_applied_alike_by_every_path() {
+        let plain = test_device();
+        for dev in [plain.clone(), plain.autodiff()] {
+            let (q, k, v) = qkv_on(2, 3, 7, 7, 8, &dev);
+            // Scores of several units, so a cap of 1.5 changes them a lot.
+            let q = q * 4.0;
+            let capped = ScoreScale::from(None).with_softcap(Some(1.5));
+            let pad = padding_mask_from_lengths(&[7, 4], 7, &dev);
+            for mask in [
+                Mask::none(),
+                Mask::causal(),
+                Mask::causal().with_key_padding(pad.clone()),
+                Mask::causal().with_window(3, &[]),
+            ] {
+                let (r, w) =
+                    attention_reference(q.clone(), k.clone(), v.clone(), &mask, capped, None)
+                        .unwrap();
+                let s = q.clone().matmul(k.clone().swap_dims(2, 3)) / 8f32.sqrt();
+                let s = (s / 1.5).tanh() * 1.5;
+                let s = match mask.materialize([2, 3, 7, 7], &dev) {
+                    Some(m) => s.mask_fill(m, f32::NEG_INFINITY),
+                    None => s,
+                };
+                let want = safe_softmax(s);
+                assert_close(&w, &want, 1e-5);
+                let f = attention_fused(q.clone(), k.clone(), v.clone(), &mask, capped).unwrap();
+                assert_close(&f, &r, 1e-5);
+                let c = attention_chunked(q.clone(), k.clone(), v.clone(), &mask, capped, 3, 2)
+                    .unwrap();
+                assert_close(&c, &r, 1e-5);
+                // Negative control: the uncapped output is another.
+                let (u, _) =
+                    attention_reference(q.clone(), k.clone(), v.clone(), &mask, None, None)
+                        .unwrap();
+                assert!(max_abs_diff(&u, &r) > 1e-2);
+            }
+            let window = Mask::causal().with_window(3, &[]);
+            let (r, _) =
+                attention_reference(q.clone(), k.clone(), v.clone(), &window, capped, None)
+                    .unwrap();
+            let sw =
+                attention_sliding_window(q.clone(), k.clone(), v.clone(), 3, true, &[], capped, 2)
+                    .unwrap();
+            assert_close(&sw, &r, 1e-5);
         }
     }
 

@@ -165,7 +165,7 @@ fn found(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-const DECODERS: [&str; 11] = [
+const DECODERS: [&str; 13] = [
     "gpt2-tiny",
     "llama-tiny",
     "llama3-tiny",
@@ -173,6 +173,8 @@ const DECODERS: [&str; 11] = [
     "qwen2-tiny",
     "qwen3-tiny",
     "gemma-tiny",
+    "gemma2-tiny",
+    "gemma3-tiny",
     "phi3-tiny",
     "gpt-neox-tiny",
     "gpt2-tiny-bf16",

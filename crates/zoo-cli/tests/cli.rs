@@ -561,6 +561,8 @@ fn generate_streams_the_library_s_greedy_text() {
         "gpt-neox-tiny",
         "qwen3-tiny",
         "gemma-tiny",
+        "gemma2-tiny",
+        "gemma3-tiny",
     ] {
         let dir = fixture("zoo-decoder", name);
         let prompt = "ROMEO: Wherefore art";
@@ -1138,7 +1140,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, bert, roberta, vit, t5, marian",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, bert, roberta, vit, t5, marian",
         ),
         ("info --model {tmp}/bart", "unknown model_type \"bart\""),
         (
@@ -1222,7 +1224,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "generate --model {bert} --prompt hello",
-            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma)",
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text)",
         ),
         (
             "generate --model {gpt2} --prompt hi --num-beams 0",

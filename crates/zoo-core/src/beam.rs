@@ -235,7 +235,7 @@ pub fn beam_search<M: CausalLm>(
     let mut fed = 0;
     let mut cur_len = prompt_len;
     while cur_len < max_length {
-        let from = if cache.is_some() { fed } else { 0 };
+        let from = crate::model::step_start(model, &mut cache, fed, cur_len, b * k)?;
         let step = DecodeStep {
             tokens: seqs.iter().map(|s| s[from..cur_len].to_vec()).collect(),
             positions: (0..b * k)

@@ -466,7 +466,7 @@ pub fn generate<M: CausalLm>(
     let mut fed = 0; // positions already in the cache
     for _ in 0..max_new {
         let len = seqs[0].len();
-        let from = if cache.is_some() { fed } else { 0 };
+        let from = crate::model::step_start(model, &mut cache, fed, len, b)?;
         let logits = model.next_logits(step_input(&seqs, from, len), cache.as_mut())?;
         fed = len;
         let (last, v) = read_logits(logits, b, len)?;
@@ -514,6 +514,7 @@ mod tests {
         table: Vec<Vec<f32>>,
         max_len: usize,
         steps: std::cell::RefCell<Vec<DecodeStep>>,
+        rebuild_past: Option<usize>,
     }
 
     impl CausalLm for Bigram {
@@ -526,6 +527,9 @@ mod tests {
         }
         fn new_cache(&self, _batch: usize) -> Result<usize, ModelError> {
             Ok(0)
+        }
+        fn rebuild_cache_past(&self) -> Option<usize> {
+            self.rebuild_past
         }
         fn next_logits(
             &self,
@@ -563,6 +567,7 @@ mod tests {
             table,
             max_len: 16,
             steps: Default::default(),
+            rebuild_past: None,
         }
     }
 
@@ -722,6 +727,36 @@ mod tests {
             let e = generate(&m, &[vec![0]], &cfg, |_, _| {}).unwrap_err();
             assert!(e.to_string().contains(want), "{e}");
         }
+    }
+
+    /// A model whose encoding changes past 4 positions (LongRoPE) gets the whole sequence
+    /// once, on an emptied cache, at the step that first passes 4; then single steps
+    /// again.
+    #[test]
+    fn the_cache_is_rebuilt_once_past_the_model_s_length() {
+        let m = Bigram {
+            rebuild_past: Some(4),
+            ..cycle(9)
+        };
+        let g = generate(&m, &[vec![1, 2]], &GenerationConfig::greedy(5), |_, _| {}).unwrap();
+        assert_eq!(g.tokens, vec![vec![3, 4, 5, 6, 7]]);
+        let steps = m.steps.borrow();
+        let fed: Vec<Vec<usize>> = steps.iter().map(|s| s.tokens[0].clone()).collect();
+        assert_eq!(
+            fed,
+            [vec![1, 2], vec![3], vec![4], vec![1, 2, 3, 4, 5], vec![6]]
+        );
+        assert_eq!(steps[3].positions, vec![vec![0, 1, 2, 3, 4]]);
+        // Negative control: the same model without the length is fed one token a step.
+        let plain = cycle(9);
+        generate(
+            &plain,
+            &[vec![1, 2]],
+            &GenerationConfig::greedy(5),
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(plain.steps.borrow()[3].tokens, vec![vec![5]]);
     }
 
     #[test]

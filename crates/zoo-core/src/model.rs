@@ -183,6 +183,15 @@ pub trait CausalLm {
         cache: Option<&mut Self::Cache>,
     ) -> Result<Tensor<2>, ModelError>;
 
+    /// The sequence length past which a cache filled before must be rebuilt from the whole
+    /// sequence, once: a model that encodes positions differently once a sequence is
+    /// longer than some length (LongRoPE's long factors, Phi-3's 128k models) recomputes
+    /// every key with the new encoding the first time a sequence passes it, as
+    /// `transformers`' Phi-3 does when it generates. Default: never.
+    fn rebuild_cache_past(&self) -> Option<usize> {
+        None
+    }
+
     /// Rebuilds the cache so that its row `i` holds what row `rows[i]` held: beam search
     /// moves beams between rows. Models that cannot do it refuse beam search with a cache.
     ///
@@ -193,5 +202,31 @@ pub trait CausalLm {
         Err(ModelError::msg(
             "this model cannot reorder its cache, so it has no beam search with a cache",
         ))
+    }
+}
+
+/// Where the next step of a decoding loop starts: at `fed`, the positions already cached,
+/// or at 0 without a cache, or at 0 with an emptied cache when the sequence (now `len`
+/// long, over `rows` rows) first passes the model's
+/// [`CausalLm::rebuild_cache_past`] length.
+///
+/// # Errors
+/// A new cache the model refuses.
+pub(crate) fn step_start<M: CausalLm + ?Sized>(
+    model: &M,
+    cache: &mut Option<M::Cache>,
+    fed: usize,
+    len: usize,
+    rows: usize,
+) -> Result<usize, ModelError> {
+    let Some(c) = cache.as_mut() else {
+        return Ok(0);
+    };
+    match model.rebuild_cache_past() {
+        Some(limit) if fed > 0 && fed <= limit && len > limit => {
+            *c = model.new_cache(rows)?;
+            Ok(0)
+        }
+        _ => Ok(fed),
     }
 }

@@ -118,6 +118,22 @@ pub struct DecoderConfig {
     /// Token embeddings multiplied by `sqrt(d_model)` (Gemma). Default: false.
     #[config(default = false)]
     pub scale_embeddings: bool,
+    /// Which layers use `sliding_window`, one flag per layer (Gemma 2 and 3 alternate
+    /// local and global layers, HF's `layer_types`). Empty: every layer, as Mistral.
+    /// Default: empty.
+    #[config(default = "Vec::new()")]
+    pub sliding_layers: Vec<bool>,
+    /// The RoPE base of the sliding layers, which then take no RoPE scaling (Gemma 3's
+    /// local base, 10000 under a global 1000000). Default: the model's.
+    #[config(default = "None")]
+    pub local_rope_theta: Option<f64>,
+    /// A soft cap on the attention scores, `cap · tanh(s / cap)` (Gemma 2's
+    /// `attn_logit_softcapping`). Default: none.
+    #[config(default = "None")]
+    pub attn_softcap: Option<f64>,
+    /// A soft cap on the logits (Gemma 2's `final_logit_softcapping`). Default: none.
+    #[config(default = "None")]
+    pub final_softcap: Option<f64>,
 }
 
 impl DecoderConfig {
@@ -182,6 +198,7 @@ impl DecoderConfig {
             .with_out_bias(self.out_bias.unwrap_or(self.bias))
             .with_dropout(self.dropout)
             .with_window(self.sliding_window)
+            .with_softcap(self.attn_softcap)
             .with_initializer(init.clone());
         if let PositionKind::Rope { theta, layout } = self.positions {
             attn = attn
@@ -189,7 +206,7 @@ impl DecoderConfig {
                 .with_rope_theta(theta)
                 .with_rope_layout(layout)
                 .with_rope_dim(self.rope_dim)
-                .with_rope_scaling(self.rope_scaling);
+                .with_rope_scaling(self.rope_scaling.clone());
         }
         attn = attn.with_qkv_layout(self.qkv_layout);
         if self.qk_norm {
@@ -213,6 +230,35 @@ impl DecoderConfig {
             .with_dropout(self.dropout)
     }
 
+    /// Whether layer `layer` attends through the sliding window.
+    pub fn slides(&self, layer: usize) -> bool {
+        self.sliding_window.is_some() && self.sliding_layers.get(layer).copied().unwrap_or(true)
+    }
+
+    /// The block configuration of layer `layer`: [`Self::block`], without the window on a
+    /// global layer, and with the local RoPE base on a sliding one.
+    pub fn block_for(&self, layer: usize) -> TransformerBlockConfig {
+        let mut block = self.block();
+        if !self.slides(layer) {
+            block.attention.window = None;
+        } else if let Some(theta) = self.local_rope_theta
+            && block.attention.rope_max_len.is_some()
+        {
+            block.attention.rope_theta = theta;
+            block.attention.rope_scaling = RopeScaling::None;
+        }
+        block
+    }
+
+    /// Trainable parameters of one layer.
+    fn layer_params(&self) -> usize {
+        let block = self.block();
+        match self.layer {
+            LayerKind::Sandwich => block.sandwich().num_params(),
+            LayerKind::Sequential | LayerKind::Parallel => block.num_params(),
+        }
+    }
+
     /// Trainable parameters of the model [`Self::init`] builds, counted from the
     /// configuration alone (no weights are allocated, so it works for any size):
     /// token embeddings, the learned position table, the blocks, the final norm and an
@@ -230,7 +276,7 @@ impl DecoderConfig {
         };
         self.vocab_size * d
             + positions
-            + self.n_layers * self.block().num_params()
+            + self.n_layers * self.layer_params()
             + self.norm.num_params(d)
             + head
     }
@@ -251,6 +297,20 @@ impl DecoderConfig {
         validate::epsilon("norm_eps", self.norm_eps)?;
         if let PositionKind::Rope { theta, .. } = self.positions {
             validate::positive_number("rope_theta", theta)?;
+        }
+        if let Some(theta) = self.local_rope_theta {
+            validate::positive_number("local_rope_theta", theta)?;
+        }
+        if let Some(cap) = self.final_softcap {
+            validate::positive_number("final_softcap", cap)?;
+        }
+        if !self.sliding_layers.is_empty() && self.sliding_layers.len() != self.n_layers {
+            return Err(zoo_core::ConfigError::conflict(format!(
+                "sliding_layers has {} flags for {} layers",
+                self.sliding_layers.len(),
+                self.n_layers
+            ))
+            .into());
         }
         // Before any size is derived from the config.
         let d_ff = self.d_ff.unwrap_or(self.d_model.saturating_mul(8) / 3);

@@ -230,11 +230,12 @@ mod tests {
                 .to_string();
             assert!(e.contains(want), "{e}");
         }
-        let e = config(serde_json::json!({"rope_scaling": {"type": "dynamic", "factor": 2.0}}))
-            .unwrap_err()
-            .to_string();
+        let e =
+            config(serde_json::json!({"rope_scaling": {"type": "proportional", "factor": 2.0}}))
+                .unwrap_err()
+                .to_string();
         assert!(
-            e.contains("rope_scaling.rope_type \"dynamic\" is not supported"),
+            e.contains("rope_scaling.rope_type \"proportional\" is not supported"),
             "{e}"
         );
         // Linear scaling is one the zoo implements.

@@ -138,7 +138,8 @@ impl RotarySizes {
 /// The `rope_parameters` object of recent `transformers` configs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RopeParameters {
-    /// `default`, `linear` or `llama3`; other types are refused by name.
+    /// `default`, `linear`, `dynamic`, `llama3`, `yarn` or `longrope`; other types are
+    /// refused by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_type: Option<String>,
     /// The frequency base.
@@ -158,9 +159,13 @@ pub struct RopeFields {
     /// The RoPE settings of recent configs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_parameters: Option<RopeParameters>,
-    /// RoPE scaling of older configs: `null`, `default`, `linear` or `llama3`.
+    /// RoPE scaling of older configs: `null` or a type and its settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_scaling: Option<Value>,
+    /// The context of pretraining, beside the RoPE settings (Phi-3 keeps it there); it
+    /// takes precedence over the one inside them, as in `transformers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_max_position_embeddings: Option<usize>,
 }
 
 impl RopeFields {
@@ -176,12 +181,19 @@ impl RopeFields {
     /// The RoPE base and scaling: the type and its settings from `rope_parameters`
     /// (recent configs) or `rope_scaling` (older ones); the base from `rope_parameters`,
     /// else `rope_theta`, else `old_theta` (an architecture's own older name for it),
-    /// else 10000.
+    /// else 10000. `max_positions` is the config's `max_position_embeddings`, which
+    /// stands for an original context that the settings do not name (and for YaRN's and
+    /// LongRoPE's factor when they give none), as `transformers` reads them.
     ///
     /// # Errors
-    /// A RoPE type the zoo does not implement (it implements `default`, `linear` and
-    /// `llama3`), or a scaling without its settings or with settings out of range.
-    pub fn resolve(&self, old_theta: Option<f64>) -> Result<(f64, RopeScaling)> {
+    /// A RoPE type the zoo does not implement (it implements `default`, `linear`,
+    /// `dynamic`, `llama3`, `yarn` and `longrope`), or a scaling without its settings or
+    /// with settings out of range.
+    pub fn resolve(
+        &self,
+        old_theta: Option<f64>,
+        max_positions: usize,
+    ) -> Result<(f64, RopeScaling)> {
         let parameters = self.rope_parameters.as_ref();
         let spec = match parameters.and_then(|p| named(p.rope_type.as_deref())) {
             Some(kind) => Some(("rope_parameters", kind, parameters.map(|p| &p.other))),
@@ -196,7 +208,16 @@ impl RopeFields {
         };
         let scaling = match spec {
             None => RopeScaling::None,
-            Some((place, kind, fields)) => scaling(place, kind, fields)?,
+            Some((place, kind, fields)) => {
+                let settings = Settings {
+                    place,
+                    kind,
+                    fields,
+                    original: self.original_max_position_embeddings,
+                    max_positions,
+                };
+                settings.scaling()?
+            }
         };
         scaling.validate()?;
         let theta = parameters
@@ -207,12 +228,13 @@ impl RopeFields {
         Ok((theta, scaling))
     }
 
-    /// `cfg` with half-split rotary positions of [`Self::resolve`]'s base and scaling.
+    /// `cfg` with half-split rotary positions of [`Self::resolve`]'s base and scaling
+    /// (`cfg.max_len` the config's `max_position_embeddings`).
     ///
     /// # Errors
     /// As [`Self::resolve`].
     pub fn apply(&self, cfg: DecoderConfig, old_theta: Option<f64>) -> Result<DecoderConfig> {
-        let (theta, scaling) = self.resolve(old_theta)?;
+        let (theta, scaling) = self.resolve(old_theta, cfg.max_len)?;
         Ok(cfg
             .with_positions(PositionKind::Rope {
                 theta,
@@ -227,36 +249,144 @@ fn named(kind: Option<&str>) -> Option<&str> {
     kind.filter(|t| *t != "default")
 }
 
-/// The scaling of type `kind`, its numbers read from `fields` (at `place`, for errors).
-fn scaling(place: &str, kind: &str, fields: Option<&Map<String, Value>>) -> Result<RopeScaling> {
-    let number = |name: &str| {
-        fields
+/// The settings of one RoPE scaling, where they were read, and the config's lengths.
+struct Settings<'a> {
+    /// `rope_parameters` or `rope_scaling`, for errors.
+    place: &'a str,
+    kind: &'a str,
+    fields: Option<&'a Map<String, Value>>,
+    /// The original context named beside the settings.
+    original: Option<usize>,
+    max_positions: usize,
+}
+
+impl Settings<'_> {
+    fn field(&self, name: &str) -> Option<&Value> {
+        self.fields
             .and_then(|f| f.get(name))
-            .and_then(Value::as_f64)
-            .ok_or_else(|| {
-                DecoderError::from(ConfigError::conflict(format!(
-                    "{place} of type {kind:?} has no number {name}"
-                )))
-            })
-    };
-    Ok(match kind {
-        "linear" => RopeScaling::Linear {
-            factor: number("factor")?,
-        },
-        "llama3" => RopeScaling::Llama3 {
-            factor: number("factor")?,
-            low_freq_factor: number("low_freq_factor")?,
-            high_freq_factor: number("high_freq_factor")?,
-            original_max_position_embeddings: number("original_max_position_embeddings")? as usize,
-        },
-        other => {
-            return Err(unsupported(
-                &format!("{place}.rope_type"),
-                format!("{other:?}"),
-                "default, linear and llama3 are",
-            ));
-        }
-    })
+            .filter(|v| !v.is_null())
+    }
+
+    fn missing(&self, name: &str, what: &str) -> DecoderError {
+        ConfigError::conflict(format!(
+            "{} of type {:?} has no {what} {name}",
+            self.place, self.kind
+        ))
+        .into()
+    }
+
+    /// A number that may be absent (or `null`).
+    fn optional(&self, name: &str) -> Result<Option<f64>> {
+        self.field(name)
+            .map(|v| v.as_f64().ok_or_else(|| self.missing(name, "number")))
+            .transpose()
+    }
+
+    fn number(&self, name: &str) -> Result<f64> {
+        self.optional(name)?
+            .ok_or_else(|| self.missing(name, "number"))
+    }
+
+    fn list(&self, name: &str) -> Result<Vec<f64>> {
+        self.field(name)
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_f64).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| self.missing(name, "list of numbers"))
+    }
+
+    /// The original context: beside the settings, else inside them, else
+    /// `max_position_embeddings`.
+    fn original(&self) -> Result<usize> {
+        let inside = self.optional("original_max_position_embeddings")?;
+        Ok(self
+            .original
+            .or(inside.map(|n| n as usize))
+            .unwrap_or(self.max_positions))
+    }
+
+    /// The stretch of YaRN and LongRoPE: the settings', else the ratio of the context to
+    /// the original one.
+    fn factor_or_ratio(&self, original: usize) -> Result<f64> {
+        Ok(self
+            .optional("factor")?
+            .unwrap_or(self.max_positions as f64 / original.max(1) as f64))
+    }
+
+    fn scaling(&self) -> Result<RopeScaling> {
+        Ok(match self.kind {
+            "linear" => RopeScaling::Linear {
+                factor: self.number("factor")?,
+            },
+            "dynamic" => RopeScaling::Dynamic {
+                factor: self.number("factor")?,
+            },
+            "llama3" => RopeScaling::Llama3 {
+                factor: self.number("factor")?,
+                low_freq_factor: self.number("low_freq_factor")?,
+                high_freq_factor: self.number("high_freq_factor")?,
+                original_max_position_embeddings: self.original()?,
+            },
+            "yarn" => {
+                let original = self.original()?;
+                let factor = self.factor_or_ratio(original)?;
+                // HF's default: 0.1 ln(s) + 1 (1 for s <= 1), or the ratio of two such
+                // terms scaled by mscale and mscale_all_dim when both are given.
+                let mscale = |scale: f64, m: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * scale.ln() + 1.0
+                    }
+                };
+                let given = |name: &str| -> Result<Option<f64>> {
+                    Ok(self.optional(name)?.filter(|&v| v != 0.0))
+                };
+                let attention_factor = match self.optional("attention_factor")? {
+                    Some(a) => a,
+                    None => match (given("mscale")?, given("mscale_all_dim")?) {
+                        (Some(m), Some(all)) => mscale(factor, m) / mscale(factor, all),
+                        _ => mscale(factor, 1.0),
+                    },
+                };
+                let truncate = match self.field("truncate") {
+                    None => true,
+                    Some(v) => v
+                        .as_bool()
+                        .ok_or_else(|| self.missing("truncate", "true or false"))?,
+                };
+                RopeScaling::Yarn {
+                    factor,
+                    original_max_position_embeddings: original,
+                    beta_fast: given("beta_fast")?.unwrap_or(32.0),
+                    beta_slow: given("beta_slow")?.unwrap_or(1.0),
+                    truncate,
+                    attention_factor,
+                }
+            }
+            "longrope" => {
+                let original = self.original()?;
+                let factor = self.factor_or_ratio(original)?;
+                let attention_factor = match self.optional("attention_factor")? {
+                    Some(a) => a,
+                    None if factor <= 1.0 => 1.0,
+                    None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+                };
+                RopeScaling::LongRope {
+                    short_factor: self.list("short_factor")?,
+                    long_factor: self.list("long_factor")?,
+                    original_max_position_embeddings: original,
+                    attention_factor,
+                }
+            }
+            other => {
+                return Err(unsupported(
+                    &format!("{}.rope_type", self.place),
+                    format!("{other:?}"),
+                    "default, linear, dynamic, llama3, yarn and longrope are",
+                ));
+            }
+        })
+    }
 }
 
 /// The start and end tokens of a `config.json`.
@@ -323,7 +453,7 @@ mod tests {
     #[test]
     fn the_base_comes_from_the_newest_place() {
         let fields = |json: Value| serde_json::from_value::<RopeFields>(json).unwrap();
-        let theta = |f: RopeFields, old| f.resolve(old).unwrap().0;
+        let theta = |f: RopeFields, old| f.resolve(old, 16).unwrap().0;
         assert_eq!(theta(fields(serde_json::json!({})), None), 10000.0);
         assert_eq!(theta(fields(serde_json::json!({})), Some(500.0)), 500.0);
         let both = fields(serde_json::json!({"rope_theta": 300.0,
@@ -331,7 +461,7 @@ mod tests {
         assert_eq!(theta(both.clone(), Some(500.0)), 700.0);
         assert_eq!(both.parameter("partial_rotary_factor"), None);
         let e = fields(serde_json::json!({"rope_scaling": {"type": "linear"}}))
-            .resolve(None)
+            .resolve(None, 16)
             .unwrap_err()
             .to_string();
         assert!(

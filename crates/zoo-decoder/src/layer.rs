@@ -5,7 +5,9 @@
 //! - [`DecoderLayer::Sequential`]: attention, then the MLP, each `x + f(norm(x))`
 //!   (GPT-2, Llama, Mistral, Qwen2, Phi-3);
 //! - [`DecoderLayer::Parallel`]: attention and the MLP on the same input,
-//!   `x + attn(norm_1(x)) + mlp(norm_2(x))` (GPT-NeoX / Pythia).
+//!   `x + attn(norm_1(x)) + mlp(norm_2(x))` (GPT-NeoX / Pythia);
+//! - [`DecoderLayer::Sandwich`]: as the sequential layer, with a norm after each
+//!   sub-layer too, `x + post_norm(f(norm(x)))` (Gemma 2 and 3).
 //!
 //! A layer of one's own (another attention, another block) runs in the same model through
 //! the [`Layer`] trait: [`DecoderConfig::init_with`] builds the model around layers of
@@ -17,8 +19,8 @@
 use burn::module::{Module, ModuleDisplay};
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
-    BlockInput, BlockOutput, FeedForward, KvCache, Norm, ParallelBlock, SelfAttention,
-    TransformerBlock, TransformerBlockConfig,
+    BlockInput, BlockOutput, FeedForward, KvCache, Norm, ParallelBlock, SandwichBlock,
+    SelfAttention, TransformerBlock, TransformerBlockConfig,
 };
 
 use crate::error::Result;
@@ -59,15 +61,23 @@ pub enum LayerKind {
     Sequential,
     /// Attention and the MLP side by side, one residual.
     Parallel,
+    /// Attention, then the MLP, each with a norm before and after.
+    Sandwich,
 }
 
 /// One layer of a decoder-only model.
+// The sandwich layer's two extra norms make it the largest variant; a model holds its
+// layers once, in a `Vec`, so the unused space costs a few kilobytes per layer and no
+// indirection is worth it.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum DecoderLayer {
     /// Attention, then the MLP.
     Sequential(TransformerBlock),
     /// Attention and the MLP side by side.
     Parallel(ParallelBlock),
+    /// Attention, then the MLP, each with a norm before and after.
+    Sandwich(SandwichBlock),
 }
 
 impl DecoderLayer {
@@ -83,6 +93,7 @@ impl DecoderLayer {
         Ok(match kind {
             LayerKind::Sequential => Self::Sequential(block.init(device)?),
             LayerKind::Parallel => Self::Parallel(block.clone().parallel().init(device)?),
+            LayerKind::Sandwich => Self::Sandwich(block.clone().sandwich().init(device)?),
         })
     }
 
@@ -91,6 +102,7 @@ impl DecoderLayer {
         match self {
             Self::Sequential(b) => &b.self_attn,
             Self::Parallel(b) => &b.self_attn,
+            Self::Sandwich(b) => &b.self_attn,
         }
     }
 
@@ -99,6 +111,7 @@ impl DecoderLayer {
         match self {
             Self::Sequential(b) => &b.norm_1,
             Self::Parallel(b) => &b.norm_1,
+            Self::Sandwich(b) => &b.norm_1,
         }
     }
 
@@ -107,6 +120,7 @@ impl DecoderLayer {
         match self {
             Self::Sequential(b) => &b.norm_2,
             Self::Parallel(b) => &b.norm_2,
+            Self::Sandwich(b) => &b.norm_2,
         }
     }
 
@@ -115,6 +129,7 @@ impl DecoderLayer {
         match self {
             Self::Sequential(b) => &b.mlp,
             Self::Parallel(b) => &b.mlp,
+            Self::Sandwich(b) => &b.mlp,
         }
     }
 }
@@ -124,6 +139,7 @@ impl Layer for DecoderLayer {
         Ok(match self {
             Self::Sequential(b) => b.forward(input)?,
             Self::Parallel(b) => b.forward(input)?,
+            Self::Sandwich(b) => b.forward(input)?,
         })
     }
 
@@ -131,6 +147,7 @@ impl Layer for DecoderLayer {
         Ok(match self {
             Self::Sequential(b) => b.forward_cached(input, cache)?,
             Self::Parallel(b) => b.forward_cached(input, cache)?,
+            Self::Sandwich(b) => b.forward_cached(input, cache)?,
         })
     }
 

@@ -10,15 +10,20 @@
 //!
 //! HF checkpoints (`GPT2LMHeadModel`, `LlamaForCausalLM`, `MistralForCausalLM`,
 //! `Qwen2ForCausalLM`, [`phi3`]'s `Phi3ForCausalLM` with fused QKV and gate-up
-//! projections, and [`gpt_neox`]'s `GPTNeoXForCausalLM` with parallel layers and
-//! partial rotary) load and save through [`pretrained`], and their `tokenizer.json` through
-//! [`LmTokenizer`]. [`registry`] lists them as rows for `zoo-hub`'s `AutoModel`.
+//! projections, [`gpt_neox`]'s `GPTNeoXForCausalLM` with parallel layers and partial
+//! rotary, [`qwen3`]'s `Qwen3ForCausalLM` with QK-norm, and the Gemma family:
+//! [`gemma`]'s `GemmaForCausalLM`, [`gemma2`]'s `Gemma2ForCausalLM` with four norms per
+//! layer, local and global layers and soft caps, and [`gemma3`]'s `Gemma3ForCausalLM`
+//! with QK-norm and a RoPE base per layer type) load and save through [`pretrained`], and
+//! their `tokenizer.json` through [`LmTokenizer`]. [`registry`] lists them as rows for `zoo-hub`'s `AutoModel`.
 #![warn(missing_docs)]
 
 pub mod bigram;
 pub mod config;
 mod error;
 pub mod gemma;
+pub mod gemma2;
+pub mod gemma3;
 pub mod gpt_neox;
 pub mod hf;
 pub mod layer;
@@ -32,6 +37,8 @@ pub mod registry;
 pub use config::{DecoderConfig, PositionKind};
 pub use error::{DecoderError, Result};
 pub use gemma::GemmaConfig;
+pub use gemma2::Gemma2Config;
+pub use gemma3::Gemma3Config;
 pub use gpt_neox::GptNeoXConfig;
 pub use hf::DecoderSpec;
 pub use layer::{DecoderLayer, Layer, LayerKind};

@@ -42,17 +42,24 @@ impl<L: Layer> CausalLm for DecoderLm<L> {
     /// the longest sequence can fit in memory: `--num-beams 100000` is an error naming
     /// the size, not an allocation that aborts the process.
     fn new_cache(&self, batch: usize) -> Result<DecoderCache, ModelError> {
-        let max_len = DecoderLm::<L>::max_len(self);
-        let len = self.sliding_window().unwrap_or(max_len).min(max_len);
+        let lens = self.cache_lens();
         let per_row: f64 = self
             .layers
             .iter()
-            .map(|l| l.cache_floats_per_position() as f64)
+            .zip(&lens)
+            .map(|(l, &len)| l.cache_floats_per_position() as f64 * len as f64)
             .sum();
-        let what = format!("a key-value cache of {batch} rows of {len} positions");
-        zoo_core::validate::fits_in_memory(&what, batch as f64 * len as f64 * per_row, 4.0)
+        let len = lens.iter().copied().max().unwrap_or(0);
+        let what = format!("a key-value cache of {batch} rows of up to {len} positions");
+        zoo_core::validate::fits_in_memory(&what, batch as f64 * per_row, 4.0)
             .map_err(DecoderError::from)?;
         Ok(DecoderLm::<L>::new_cache(self))
+    }
+
+    /// LongRoPE's original context: past it every key is rotated again with the long
+    /// factors, as `transformers`' Phi-3 regenerates its cache.
+    fn rebuild_cache_past(&self) -> Option<usize> {
+        self.long_rope_past()
     }
 
     fn reorder_cache(&self, cache: &mut DecoderCache, rows: &[usize]) -> Result<(), ModelError> {

@@ -35,8 +35,16 @@ pub struct DecoderLm<L: Layer = DecoderLayer> {
     vocab_size: usize,
     max_len: usize,
     sliding_window: Option<usize>,
+    /// Each layer's window: the model's on a sliding layer, none on a global one.
+    #[module(skip)]
+    layer_windows: Vec<Option<usize>>,
     /// The factor on the token embeddings (Gemma's `sqrt(d_model)`), when there is one.
     embed_scale: Option<f64>,
+    /// The soft cap on the logits (Gemma 2), when there is one.
+    final_softcap: Option<f64>,
+    /// The length past which LongRoPE rotates with its long factors, when it does.
+    #[module(skip)]
+    long_rope_past: Option<usize>,
 }
 
 /// The input of a forward pass.
@@ -149,9 +157,8 @@ impl DecoderConfig {
             mean: 0.0,
             std: self.init_std,
         };
-        let block = self.block();
         let layers = (0..self.n_layers)
-            .map(|i| layer(i, &block))
+            .map(|i| layer(i, &self.block_for(i)))
             .collect::<Result<Vec<_>>>()?;
         Ok(DecoderLm {
             wte: EmbeddingConfig::new(self.vocab_size, self.d_model)
@@ -175,7 +182,18 @@ impl DecoderConfig {
             vocab_size: self.vocab_size,
             max_len: self.max_len,
             sliding_window: self.sliding_window,
+            layer_windows: (0..self.n_layers)
+                .map(|i| self.sliding_window.filter(|_| self.slides(i)))
+                .collect(),
             embed_scale: self.scale_embeddings.then(|| (self.d_model as f64).sqrt()),
+            final_softcap: self.final_softcap,
+            long_rope_past: match &self.rope_scaling {
+                zoo_attention::RopeScaling::LongRope {
+                    original_max_position_embeddings: n,
+                    ..
+                } if *n < self.max_len => Some(*n),
+                _ => None,
+            },
         })
     }
 }
@@ -191,21 +209,38 @@ impl<L: Layer> DecoderLm<L> {
         self.max_len
     }
 
-    /// The sliding window, if the model has one.
+    /// The sliding window, if the model has one (on some or all of its layers).
     pub fn sliding_window(&self) -> Option<usize> {
         self.sliding_window
     }
 
+    /// The length past which the model rotates positions with LongRoPE's long factors,
+    /// when it has them: a generation that passes it rebuilds its cache once.
+    pub fn long_rope_past(&self) -> Option<usize> {
+        self.long_rope_past
+    }
+
+    /// The positions each layer's cache keeps: its window on a sliding layer, else the
+    /// model's `max_len`.
+    pub fn cache_lens(&self) -> Vec<usize> {
+        (0..self.layers.len())
+            .map(|i| {
+                let window = self.layer_windows.get(i).copied().flatten();
+                window.map_or(self.max_len, |w| w.min(self.max_len))
+            })
+            .collect()
+    }
+
     /// An empty cache for every layer: bounded by the model's positions, or a rolling
-    /// cache of the window's size with a sliding window.
+    /// cache of the window's size on a sliding layer.
     pub fn new_cache(&self) -> DecoderCache {
-        let cache = match self.sliding_window.map(KvCache::sliding) {
-            Some(Ok(c)) => c,
-            _ => KvCache::new(self.max_len),
-        };
-        DecoderCache {
-            layers: self.layers.iter().map(|_| cache.clone()).collect(),
-        }
+        let layers = (0..self.layers.len())
+            .map(|i| match self.layer_windows.get(i).copied().flatten() {
+                Some(w) => KvCache::sliding(w).unwrap_or_else(|_| KvCache::new(self.max_len)),
+                None => KvCache::new(self.max_len),
+            })
+            .collect();
+        DecoderCache { layers }
     }
 
     fn check_tokens(&self, input: &DecoderInput, offset: usize) -> Result<()> {
@@ -259,12 +294,17 @@ impl<L: Layer> DecoderLm<L> {
         Ok(zoo_attention::dropout(&self.drop, x))
     }
 
-    /// The LM head: the tied embedding's transpose, or the untied projection.
+    /// The LM head: the tied embedding's transpose, or the untied projection, then the
+    /// soft cap on the logits when the model has one.
     ///
     /// # Shapes
     /// - `h`: `[B, T, d_model]` -> `[B, T, V]`
     pub fn head(&self, h: Tensor<3>) -> Tensor<3> {
-        self.lm_head.forward(h, &self.wte)
+        let logits = self.lm_head.forward(h, &self.wte);
+        match self.final_softcap {
+            Some(cap) => (logits / cap).tanh() * cap,
+            None => logits,
+        }
     }
 
     /// Logits for every position of a whole sequence, causally masked.

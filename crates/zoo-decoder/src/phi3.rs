@@ -19,9 +19,10 @@
 //! | `model.norm` | `norm_f` |
 //! | `lm_head` | `lm_head` |
 //!
-//! Not implemented, and refused by name: `partial_rotary_factor` below 1 and the
-//! `longrope` scaling of the 128k-context checkpoints (`linear` and `llama3` scalings
-//! load, as for every RoPE decoder).
+//! The 128k-context checkpoints' `longrope` scaling loads, with the
+//! `original_max_position_embeddings` that Phi-3 keeps beside the RoPE settings, as every
+//! RoPE type of [`crate::hf::RopeFields`] does. Not implemented, and refused by name:
+//! `partial_rotary_factor` below 1.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -48,8 +49,7 @@ fn eps_1e5() -> f64 {
 }
 
 /// HF's `Phi3Config`, with its field names. Fields the zoo does not use (the dropouts,
-/// `original_max_position_embeddings`, ...) are kept in `other` and written back on
-/// saving.
+/// ...) are kept in `other` and written back on saving.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Phi3Config {
     /// The sizes (`intermediate_size` is each half of `gate_up_proj`).
@@ -61,8 +61,8 @@ pub struct Phi3Config {
     /// RMSNorm epsilon. Default: 1e-5.
     #[serde(default = "eps_1e5")]
     pub rms_norm_eps: f64,
-    /// The RoPE base and scaling: `null`, `default`, `linear` or `llama3` (`longrope`, on
-    /// the 128k checkpoints, is refused).
+    /// The RoPE base and scaling (`longrope` on the 128k checkpoints), and the original
+    /// context.
     #[serde(flatten)]
     pub rope: RopeFields,
     /// The share of each head that is rotated (older configs; recent ones put it in
@@ -145,6 +145,43 @@ mod tests {
         assert_eq!(d.sliding_window, Some(7));
     }
 
+    /// Phi-3's 128k checkpoints: `longrope` with the original context beside the RoPE
+    /// settings, which wins over one inside them; the attention factor defaults to
+    /// `sqrt(1 + ln(16 / 4) / ln(4))`.
+    #[test]
+    fn phi3_128k_reads_longrope_with_its_original_context() {
+        let d = config(serde_json::json!({
+            "original_max_position_embeddings": 4,
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.0, 2.0, 4.0],
+                "long_factor": [1.0, 2.0, 4.0, 8.0], "original_max_position_embeddings": 8},
+        }))
+        .unwrap();
+        let zoo_attention::RopeScaling::LongRope {
+            short_factor,
+            long_factor,
+            original_max_position_embeddings,
+            attention_factor,
+        } = d.rope_scaling
+        else {
+            panic!("not longrope: {:?}", d.rope_scaling)
+        };
+        assert_eq!(short_factor, [1.0, 1.0, 2.0, 4.0]);
+        assert_eq!(long_factor, [1.0, 2.0, 4.0, 8.0]);
+        assert_eq!(original_max_position_embeddings, 4);
+        assert!((attention_factor - 2f64.sqrt()).abs() < 1e-12);
+        // One divisor per rotated pair: 8-wide heads have 4.
+        let e = config(serde_json::json!({
+            "rope_scaling": {"type": "longrope", "short_factor": [1.0],
+                "long_factor": [1.0, 2.0, 4.0, 8.0]},
+        }))
+        .unwrap();
+        let e = e.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("rope_scaling.short_factor has 1 numbers; 8 rotated features need 4"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn what_phi3_does_not_implement_is_named() {
         let cases = [
@@ -158,8 +195,8 @@ mod tests {
                 "partial_rotary_factor 0.75",
             ),
             (
-                serde_json::json!({"rope_scaling": {"type": "longrope", "short_factor": [1.0]}}),
-                "rope_scaling.rope_type \"longrope\"",
+                serde_json::json!({"rope_scaling": {"type": "proportional", "factor": 2.0}}),
+                "rope_scaling.rope_type \"proportional\"",
             ),
             (serde_json::json!({"hidden_act": "gelu"}), "hidden_act Gelu"),
         ];

@@ -39,6 +39,8 @@ use zoo_core::checkpoint::{self, CheckpointError, KeyMap};
 use crate::config::DecoderConfig;
 use crate::error::Result;
 use crate::gemma::{self, GemmaConfig};
+use crate::gemma2::{self, Gemma2Config};
+use crate::gemma3::{self, Gemma3Config};
 use crate::gpt_neox::{self, GptNeoXConfig};
 use crate::hf::{DecoderSpec, llama_key_map, unsupported};
 pub use crate::hf::{RopeFields, RopeParameters, RotarySizes, SpecialTokens};
@@ -157,6 +159,10 @@ pub enum HfDecoderConfig {
     Qwen3(Qwen3Config),
     /// `gemma`.
     Gemma(GemmaConfig),
+    /// `gemma2`.
+    Gemma2(Gemma2Config),
+    /// `gemma3_text`.
+    Gemma3(Gemma3Config),
 }
 
 impl HfDecoderConfig {
@@ -181,6 +187,8 @@ impl HfDecoderConfig {
             gpt_neox::MODEL_TYPE => serde_json::from_value(json).map(Self::GptNeoX),
             qwen3::MODEL_TYPE => serde_json::from_value(json).map(Self::Qwen3),
             gemma::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma),
+            gemma2::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma2),
+            gemma3::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma3),
             other => {
                 let known: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
                 return Err(bad(format!(
@@ -204,6 +212,8 @@ impl HfDecoderConfig {
             Self::GptNeoX(_) => gpt_neox::MODEL_TYPE,
             Self::Qwen3(_) => qwen3::MODEL_TYPE,
             Self::Gemma(_) => gemma::MODEL_TYPE,
+            Self::Gemma2(_) => gemma2::MODEL_TYPE,
+            Self::Gemma3(_) => gemma3::MODEL_TYPE,
         }
     }
 
@@ -216,6 +226,8 @@ impl HfDecoderConfig {
             Self::GptNeoX(c) => c,
             Self::Qwen3(c) => c,
             Self::Gemma(c) => c,
+            Self::Gemma2(c) => c,
+            Self::Gemma3(c) => c,
         }
     }
 
@@ -228,6 +240,8 @@ impl HfDecoderConfig {
             Self::GptNeoX(c) => serde_json::to_value(c),
             Self::Qwen3(c) => serde_json::to_value(c),
             Self::Gemma(c) => serde_json::to_value(c),
+            Self::Gemma2(c) => serde_json::to_value(c),
+            Self::Gemma3(c) => serde_json::to_value(c),
         }
         .map_err(|e| ConfigError::malformed(format!("config.json: {e}")).into())
     }
@@ -529,7 +543,7 @@ mod tests {
 
     #[test]
     fn unsupported_settings_are_named() {
-        let cases: [(&str, Value, &str); 6] = [
+        let cases: [(&str, Value, &str); 8] = [
             (
                 "model_type",
                 serde_json::json!("bert"),
@@ -538,8 +552,18 @@ mod tests {
             ),
             (
                 "rope_parameters",
-                serde_json::json!({"rope_type": "yarn", "rope_theta": 1.0}),
-                "rope_type \"yarn\"",
+                serde_json::json!({"rope_type": "proportional", "rope_theta": 1.0}),
+                "rope_type \"proportional\"",
+            ),
+            (
+                "rope_parameters",
+                serde_json::json!({"rope_type": "yarn", "factor": "four"}),
+                "rope_parameters of type \"yarn\" has no number factor",
+            ),
+            (
+                "rope_parameters",
+                serde_json::json!({"rope_type": "longrope", "short_factor": [1.0, 1.0]}),
+                "rope_parameters of type \"longrope\" has no list of numbers long_factor",
             ),
             ("hidden_act", serde_json::json!("relu"), "hidden_act Relu"),
             (

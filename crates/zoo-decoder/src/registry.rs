@@ -39,6 +39,8 @@ pub const ARCHITECTURES: &[Architecture] = &[
     causal_lm(crate::gpt_neox::MODEL_TYPE, crate::gpt_neox::ARCHITECTURE),
     causal_lm(crate::qwen3::MODEL_TYPE, crate::qwen3::ARCHITECTURE),
     causal_lm(crate::gemma::MODEL_TYPE, crate::gemma::ARCHITECTURE),
+    causal_lm(crate::gemma2::MODEL_TYPE, crate::gemma2::ARCHITECTURE),
+    causal_lm(crate::gemma3::MODEL_TYPE, crate::gemma3::ARCHITECTURE),
 ];
 
 /// A causal-LM checkpoint with its HF config.
@@ -151,7 +153,16 @@ mod tests {
         assert_eq!(
             types,
             [
-                "gpt2", "llama", "mistral", "qwen2", "phi3", "gpt_neox", "qwen3", "gemma"
+                "gpt2",
+                "llama",
+                "mistral",
+                "qwen2",
+                "phi3",
+                "gpt_neox",
+                "qwen3",
+                "gemma",
+                "gemma2",
+                "gemma3_text"
             ]
         );
         for a in ARCHITECTURES {

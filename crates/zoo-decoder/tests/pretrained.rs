@@ -2,9 +2,11 @@
 //! 8 over 2, rope_theta 5000, untied head), Mistral (a window of 4 under 10-token inputs)
 //! Qwen2 (QKV biases, tied head), Phi-3 (fused QKV over 6 query and 2 KV heads, a fused
 //! gate-up MLP, a window of 6), GPT-NeoX (parallel layers, partial rotary), Llama 3.1's
-//! RoPE scaling, Qwen3 (QK-norm, head_dim 12 under width 32) and Gemma (offset RMSNorm,
-//! scaled embeddings, GeGLU, one KV head, head_dim 16 under width 48), written by `cargo xtask fixtures` with tokenizers
-//! trained on the shipped Shakespeare text. Logits agree within 1e-4 on the backend under
+//! RoPE scaling, Qwen3 (QK-norm, head_dim 12 under width 32), Gemma (offset RMSNorm,
+//! scaled embeddings, GeGLU, one KV head, head_dim 16 under width 48), Gemma 2 (four
+//! norms per layer, a local and a global layer, soft caps) and Gemma 3 (QK-norm, a RoPE
+//! base per layer type), written by `cargo xtask fixtures` with tokenizers trained on the
+//! shipped Shakespeare text. Logits agree within 1e-4 on the backend under
 //! test, greedy generation gives HF's token ids, and the tokenizers give Python's ids.
 //! Then sharded and bf16 files, saving bit for bit, and checkpoints that do not fit.
 
@@ -14,12 +16,14 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::Deserialize;
 use zoo_attention::SelfAttention;
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile, beam_search, generate};
-use zoo_decoder::{DecoderInput, DecoderLm, HfDecoderConfig, LmTokenizer, TextStream};
+use zoo_decoder::{
+    DecoderConfig, DecoderInput, DecoderLm, HfDecoderConfig, LmTokenizer, TextStream,
+};
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 
-const MODELS: [&str; 9] = zoo_fixtures::DECODER_FIXTURES;
+const MODELS: [&str; 11] = zoo_fixtures::DECODER_FIXTURES;
 
 fn fixture(name: &str) -> PathBuf {
     zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
@@ -166,6 +170,55 @@ fn the_fixtures_exercise_what_they_claim() {
     let mut plain = cfg.init(&device).unwrap();
     zoo_core::checkpoint::load_into(&mut plain, &fixture("llama3-tiny"), &hf.key_map()).unwrap();
     assert!(logits_diff(&plain, &e, &device) > 1e-2);
+}
+
+/// The settings that set Gemma 2 and 3 apart each change the fixtures' logits far beyond
+/// the parity tolerance: without any one of them the same weights miss transformers'.
+#[test]
+fn each_gemma2_and_gemma3_setting_is_exercised() {
+    let device = test_device();
+    let missing = |name: &str, change: &dyn Fn(DecoderConfig) -> DecoderConfig| {
+        let hf = HfDecoderConfig::from_pretrained(fixture(name)).unwrap();
+        let cfg = hf.decoder().unwrap();
+        let e = expected(name);
+        let mut full = cfg.init(&device).unwrap();
+        zoo_core::checkpoint::load_into(&mut full, &fixture(name), &hf.key_map()).unwrap();
+        assert!(logits_diff(&full, &e, &device) <= 1e-4, "{name}");
+        let mut other = change(cfg).init(&device).unwrap();
+        zoo_core::checkpoint::load_into(&mut other, &fixture(name), &hf.key_map()).unwrap();
+        logits_diff(&other, &e, &device)
+    };
+    let gemma2 = DecoderLm::from_pretrained(fixture("gemma2-tiny"), &device).unwrap();
+    assert!(matches!(
+        gemma2.layers[0],
+        zoo_decoder::DecoderLayer::Sandwich(_)
+    ));
+    assert_eq!(gemma2.cache_lens(), [4, 32]);
+    assert!(expected("gemma2-tiny").input_ids[0].len() > 4);
+    let changes: [(&str, &dyn Fn(DecoderConfig) -> DecoderConfig); 5] = [
+        ("attention soft cap", &|c| c.with_attn_softcap(None)),
+        ("logit soft cap", &|c| c.with_final_softcap(None)),
+        ("query_pre_attn_scalar", &|c| c.with_attn_scale(None)),
+        ("global layers", &|c| c.with_sliding_layers(Vec::new())),
+        ("local layers", &|c| c.with_sliding_window(None)),
+    ];
+    for (what, change) in changes {
+        let d = missing("gemma2-tiny", change);
+        assert!(d > 1e-2, "gemma2 without its {what}: {d}");
+    }
+    let gemma3 = DecoderLm::from_pretrained(fixture("gemma3-tiny"), &device).unwrap();
+    assert_eq!(gemma3.cache_lens(), [4, 32, 4]);
+    let changes: [(&str, &dyn Fn(DecoderConfig) -> DecoderConfig); 3] = [
+        ("local RoPE base", &|c| c.with_local_rope_theta(None)),
+        ("global RoPE scaling", &|c| {
+            c.with_rope_scaling(zoo_attention::RopeScaling::None)
+        }),
+        ("global layers", &|c| c.with_sliding_layers(Vec::new())),
+    ];
+    for (what, change) in changes {
+        let d = missing("gemma3-tiny", change);
+        assert!(d > 1e-2, "gemma3 without its {what}: {d}");
+    }
 }
 
 #[test]
@@ -361,7 +414,7 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
     assert!(
         e.ends_with(
             "model_type \"falcon\" is not a decoder this crate loads; it loads gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma"
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text"
         ),
         "{e}"
     );
@@ -371,4 +424,67 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
         .to_string();
     assert!(e.contains("config.json: No such file"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Scaled RoPE end to end, within and past the original context: Llama 3.1's rule
+/// (`llama3-tiny-long`, the llama3 fixture's model past its 32 positions), YaRN
+/// (`yarn-tiny`) and LongRoPE (`longrope-tiny`, whose frequencies change once a sequence
+/// passes 16) give transformers' logits within 1e-4 for a row of each kind, and its
+/// greedy tokens from a prompt whose generation crosses the boundary with a cache. Without
+/// the scaling the rows past the context miss transformers' logits.
+#[test]
+fn scaled_rope_matches_transformers_past_the_original_context() {
+    #[derive(Deserialize)]
+    struct Long {
+        within_ids: Vec<Vec<i64>>,
+        within_logits: Output,
+        past_ids: Vec<Vec<i64>>,
+        past_logits: Output,
+        prompt: Vec<Vec<usize>>,
+        greedy: Vec<Vec<usize>>,
+    }
+    let device = test_device();
+    let diff = |model: &DecoderLm, rows: &[Vec<i64>], want: &Output| {
+        let got = model
+            .forward(DecoderInput::new(ids(rows, &device)))
+            .unwrap()
+            .logits;
+        assert_eq!(got.dims().to_vec(), want.shape);
+        max_abs_diff_slices(&floats(got), &want.values)
+    };
+    for (name, original) in [
+        ("llama3-tiny-long", 32),
+        ("yarn-tiny", 16),
+        ("longrope-tiny", 16),
+    ] {
+        let e: Long = zoo_fixtures::expected(&fixture(name));
+        assert!(e.past_ids[0].len() > original && e.within_ids[0].len() < original);
+        assert!(e.prompt[0].len() < original && e.prompt[0].len() + 8 > original);
+        let hf = HfDecoderConfig::from_pretrained(fixture(name)).unwrap();
+        let cfg = hf.decoder().unwrap();
+        assert_ne!(cfg.rope_scaling, zoo_attention::RopeScaling::None, "{name}");
+        let model = DecoderLm::from_pretrained(fixture(name), &device).unwrap();
+        let d = diff(&model, &e.within_ids, &e.within_logits);
+        assert!(d <= 1e-4, "{name} within the context: {d}");
+        let d = diff(&model, &e.past_ids, &e.past_logits);
+        assert!(d <= 1e-4, "{name} past the context: {d}");
+        let greedy = GenerationConfig::greedy(8).with_stop_tokens(hf.eos_token_ids());
+        let out = generate(&model, &e.prompt, &greedy, |_, _| {}).unwrap();
+        assert_eq!(out.tokens, e.greedy, "{name}");
+        let uncached = greedy.clone().with_cache(false);
+        let out = generate(&model, &e.prompt, &uncached, |_, _| {}).unwrap();
+        assert_eq!(out.tokens, e.greedy, "{name} without the cache");
+        assert_eq!(
+            model.long_rope_past(),
+            (name == "longrope-tiny").then_some(16),
+            "{name}"
+        );
+        let mut plain = cfg
+            .with_rope_scaling(zoo_attention::RopeScaling::None)
+            .init(&device)
+            .unwrap();
+        zoo_core::checkpoint::load_into(&mut plain, &fixture(name), &hf.key_map()).unwrap();
+        let d = diff(&plain, &e.past_ids, &e.past_logits);
+        assert!(d > 1e-2, "{name} without its scaling: {d}");
+    }
 }

@@ -66,3 +66,67 @@ fn tinyllama_smollm2_and_llama_3_2_load_with_their_sizes() {
     assert_eq!(d.num_params(), 1_235_814_400);
     assert_eq!(llama.eos_token_ids(), [128009]);
 }
+
+/// Every RoPE type the zoo reads gives the inverse frequencies and the attention factor
+/// that `transformers`' RoPE initialisation functions give for the same `config.json`
+/// fields (`tests/fixtures/rope/frequencies.json`, written by `xtask/fixtures/rope.py`):
+/// default, linear, dynamic, Llama 3.1's, YaRN in three forms, and LongRoPE below and past
+/// its original context. transformers computes in f32: within 2e-6 of each value,
+/// relatively.
+#[test]
+fn rope_frequencies_and_factors_match_transformers() {
+    #[derive(serde::Deserialize)]
+    struct Case {
+        name: String,
+        config: serde_json::Value,
+        seq_len: Option<usize>,
+        inv_freq: Vec<f64>,
+        attention_factor: f64,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        cases: Vec<Case>,
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rope/frequencies.json");
+    let file: File = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(file.cases.len(), 9);
+    let mut seen = Vec::new();
+    for case in file.cases {
+        let fields: zoo_decoder::hf::RopeFields =
+            serde_json::from_value(case.config.clone()).unwrap();
+        let max = case.config["max_position_embeddings"].as_u64().unwrap() as usize;
+        let dim = case.config["head_dim"].as_u64().unwrap() as usize;
+        let (theta, scaling) = fields.resolve(None, max).unwrap();
+        let got = match scaling.long_frequencies(theta, dim) {
+            Some((long, after)) if case.seq_len.is_some_and(|n| n > after) => long,
+            _ => scaling.frequencies(theta, dim),
+        };
+        assert_eq!(got.len(), case.inv_freq.len(), "{}", case.name);
+        for (i, (g, w)) in got.iter().zip(&case.inv_freq).enumerate() {
+            assert!(
+                (g - w).abs() <= 2e-6 * w.abs(),
+                "{} pair {i}: {g} against transformers' {w}",
+                case.name
+            );
+        }
+        let (g, w) = (scaling.attention_factor(), case.attention_factor);
+        assert!(
+            (g - w).abs() <= 1e-12,
+            "{}: factor {g} against {w}",
+            case.name
+        );
+        seen.push((case.name, got));
+    }
+    // Negative controls: the scalings move the frequencies away from the default ones
+    // (the short and long LongRoPE sets from each other), all but dynamic, which leaves
+    // them within the model's positions.
+    let of = |name: &str| &seen.iter().find(|(n, _)| n == name).unwrap().1;
+    assert_eq!(of("dynamic"), of("default"));
+    assert!(
+        of("linear")
+            .iter()
+            .zip(of("default"))
+            .any(|(a, b)| (a - b).abs() > 1e-3)
+    );
+    assert_ne!(of("longrope-short"), of("longrope-long"));
+}

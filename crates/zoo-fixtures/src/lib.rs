@@ -20,7 +20,7 @@ pub fn fixture(manifest_dir: &str, name: &str) -> PathBuf {
 /// The causal-LM fixtures of `zoo-decoder/tests/fixtures`, one per architecture or
 /// setting that `xtask/fixtures/decoder.py` writes, each with the same `expected.json`
 /// layout (logits, greedy and beam tokens, tokenizer samples).
-pub const DECODER_FIXTURES: [&str; 9] = [
+pub const DECODER_FIXTURES: [&str; 11] = [
     "gpt2-tiny",
     "llama-tiny",
     "mistral-tiny",
@@ -30,6 +30,8 @@ pub const DECODER_FIXTURES: [&str; 9] = [
     "llama3-tiny",
     "qwen3-tiny",
     "gemma-tiny",
+    "gemma2-tiny",
+    "gemma3-tiny",
 ];
 
 /// A tensor as `xtask/fixtures/common.py` writes it.

@@ -11,11 +11,11 @@ use crate::block::linear_rows;
 use crate::error::Result;
 use crate::mask::Mask;
 use crate::position::{Positions, RotaryEncoding};
-use crate::sdpa::{attention_chunked, attention_fused, attention_reference, repeat_kv};
+use crate::sdpa::{ScoreScale, attention_chunked, attention_fused, attention_reference, repeat_kv};
 
 /// The head layout of an attention layer and how it turns projected heads into an
-/// output: `softmax(Q Kᵀ · scale + mask) V` by the configured kernel, with grouped KV
-/// heads repeated to the query heads.
+/// output: `softmax(cap(Q Kᵀ · scale) + mask) V` by the configured kernel (the soft cap
+/// only when one is set), with grouped KV heads repeated to the query heads.
 #[derive(Module, Debug)]
 pub struct Heads {
     /// Dropout on the attention weights.
@@ -25,6 +25,8 @@ pub struct Heads {
     pub(crate) head_dim: usize,
     #[module(skip)]
     pub(crate) scale: Option<f64>,
+    #[module(skip)]
+    pub(crate) softcap: Option<f64>,
     #[module(skip)]
     pub(crate) kernel: AttentionKernel,
 }
@@ -63,19 +65,20 @@ impl Heads {
         let n_rep = self.n_heads / self.n_kv_heads;
         let k = repeat_kv(k, n_rep);
         let v = repeat_kv(v, n_rep);
+        let scale = ScoreScale::from(self.scale).with_softcap(self.softcap);
         let dropout_on = self.dropout.prob > 0.0
             && self.dropout.training.is_enabled()
             && q.device().is_autodiff();
         if need_weights || dropout_on || self.kernel == AttentionKernel::Reference {
-            let (out, w) = attention_reference(q, k, v, mask, self.scale, Some(&self.dropout))?;
+            let (out, w) = attention_reference(q, k, v, mask, scale, Some(&self.dropout))?;
             return Ok((out, need_weights.then_some(w)));
         }
         Ok(match self.kernel {
             AttentionKernel::Chunked { block_q, block_k } => (
-                attention_chunked(q, k, v, mask, self.scale, block_q, block_k)?,
+                attention_chunked(q, k, v, mask, scale, block_q, block_k)?,
                 None,
             ),
-            _ => (attention_fused(q, k, v, mask, self.scale)?, None),
+            _ => (attention_fused(q, k, v, mask, scale)?, None),
         })
     }
 

@@ -115,6 +115,10 @@ pub struct MultiHeadAttentionConfig {
     /// uses 1 (its initialisation absorbs the scale).
     #[config(default = "None")]
     pub scale: Option<f64>,
+    /// A soft cap on the scores, `cap · tanh(s / cap)` after the scale and before the
+    /// mask (Gemma 2's `attn_logit_softcapping`). Default: none.
+    #[config(default = "None")]
+    pub softcap: Option<f64>,
     /// Width of the keys' and values' source in cross-attention (an encoder's output).
     /// Default: `d_model`.
     #[config(default = "None")]
@@ -249,6 +253,10 @@ impl MultiHeadAttentionConfig {
                 ConfigError::not_divisible(("n_heads", self.n_heads), ("n_kv_heads", kv)).into(),
             );
         }
+        if self.rope_max_len.is_some() {
+            self.rope_scaling
+                .validate_for(self.rope_dim.unwrap_or(self.head_dim()))?;
+        }
         if self.rope_max_len.is_some() && !self.head_dim().is_multiple_of(2) {
             return Err(ConfigError::range(
                 "head_dim",
@@ -297,6 +305,11 @@ impl MultiHeadAttentionConfig {
         {
             return Err(ConfigError::range("scale", "finite and > 0", scale.to_string()).into());
         }
+        if let Some(cap) = self.softcap
+            && !(cap.is_finite() && cap > 0.0)
+        {
+            return Err(ConfigError::range("softcap", "finite and > 0", cap.to_string()).into());
+        }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(ConfigError::probability("dropout", self.dropout).into());
         }
@@ -322,10 +335,12 @@ impl MultiHeadAttentionConfig {
                 return Err(ConfigError::zero("linear kernel chunk").into());
             }
             AttentionKernel::Linear { .. }
-                if self.window.is_some() || self.position_bias != PositionBias::None =>
+                if self.window.is_some()
+                    || self.position_bias != PositionBias::None
+                    || self.softcap.is_some() =>
             {
                 return Err(ConfigError::conflict(
-                    "the linear kernel takes no window and no position bias",
+                    "the linear kernel takes no window, no position bias and no soft cap",
                 )
                 .into());
             }
@@ -348,6 +363,7 @@ impl MultiHeadAttentionConfig {
             n_kv_heads: self.kv_heads(),
             head_dim: self.head_dim(),
             scale: self.scale,
+            softcap: self.softcap,
             kernel: self.kernel,
         }
     }
@@ -374,7 +390,7 @@ impl MultiHeadAttentionConfig {
                 RotaryEncodingConfig::new(self.rope_dim.unwrap_or(hd), max_len)
                     .with_theta(self.rope_theta)
                     .with_layout(self.rope_layout)
-                    .with_scaling(self.rope_scaling)
+                    .with_scaling(self.rope_scaling.clone())
                     .init(device)?,
             ),
             None => None,

@@ -515,6 +515,21 @@ pub struct BlockOutput {
     pub self_weights: Option<Tensor<4>>,
     /// Cross-attention weights `[B, H, T, Tm]`, when asked for and present.
     pub cross_weights: Option<Tensor<4>>,
+    /// The router's logits `[B T, n_experts]`, when the block's MLP is a mixture of
+    /// experts: what the load-balancing loss takes.
+    pub router_logits: Option<Tensor<2>>,
+}
+
+impl BlockOutput {
+    /// A block's output of `hidden` states alone: no weights, no router.
+    pub fn of(hidden: Tensor<3>) -> Self {
+        Self {
+            hidden,
+            self_weights: None,
+            cross_weights: None,
+            router_logits: None,
+        }
+    }
 }
 
 /// One sub-layer `f` with its residual connection, its norm where `placement` puts it,
@@ -660,13 +675,14 @@ impl ParallelBlock {
             self.norm_1.forward(x.clone()),
             cache,
         )?;
-        let mlp = self.mlp.forward(self.norm_2.forward(x.clone()));
+        let (mlp, router_logits) = self.mlp.forward_routed(self.norm_2.forward(x.clone()));
         Ok(BlockOutput {
             hidden: x
                 + crate::dropout(&self.dropout, attn.context)
                 + crate::dropout(&self.dropout, mlp),
             self_weights: attn.weights,
             cross_weights: None,
+            router_logits,
         })
     }
 }
@@ -683,11 +699,12 @@ impl SandwichBlock {
             cache,
         )?;
         let x = x + crate::dropout(&self.dropout, self.post_attn_norm.forward(attn.context));
-        let mlp = self.mlp.forward(self.norm_2.forward(x.clone()));
+        let (mlp, router_logits) = self.mlp.forward_routed(self.norm_2.forward(x.clone()));
         Ok(BlockOutput {
             hidden: x + crate::dropout(&self.dropout, self.post_mlp_norm.forward(mlp)),
             self_weights: attn.weights,
             cross_weights: None,
+            router_logits,
         })
     }
 }
@@ -718,11 +735,13 @@ impl Sublayers<'_> {
             Ok((out.context, out.weights))
         })?;
         let (x, cross_weights) = middle(x)?;
-        let (hidden, ()) = residual(p, self.norm_2, drop, x, |h| Ok((self.mlp.forward(h), ())))?;
+        let (hidden, router_logits) =
+            residual(p, self.norm_2, drop, x, |h| Ok(self.mlp.forward_routed(h)))?;
         Ok(BlockOutput {
             hidden,
             self_weights,
             cross_weights,
+            router_logits,
         })
     }
 }

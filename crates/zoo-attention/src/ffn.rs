@@ -1,8 +1,10 @@
-//! The position-wise feed-forward network in its three real forms: plain
+//! The position-wise feed-forward network in its four real forms: plain
 //! (`down(act(up(x)))`, GPT-2 and BERT), gated with separate gate and up projections
-//! (`down(act(gate(x)) * up(x))`, Llama and T5 v1.1) and gated with one fused `gate_up`
-//! projection (Phi-3). Each form holds exactly the projections it runs, so none can be
-//! built or loaded in a state it cannot run.
+//! (`down(act(gate(x)) * up(x))`, Llama and T5 v1.1), gated with one fused `gate_up`
+//! projection (Phi-3), and a sparse mixture of gated experts with a top-k router
+//! (Mixtral), with the router's load-balancing loss ([`load_balancing_loss`]). Each form
+//! holds exactly the projections it runs, so none can be built or loaded in a state it
+//! cannot run.
 //!
 //! Names follow HF Llama (`gate_proj`, `up_proj`, `down_proj`) and Phi-3 (`gate_up_proj`).
 //! GPT-2's `c_fc` is `up_proj` and its `c_proj` is `down_proj`. Burn leaves enum variant
@@ -11,8 +13,8 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::activation::{gelu, relu, sigmoid, silu};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::activation::{gelu, relu, sigmoid, silu, softmax};
+use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use zoo_core::ConfigError;
 
@@ -88,6 +90,15 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     x * sigmoid(z)
 }
 
+/// The gated activation whose gate non-linearity is `act`.
+fn gated(act: HiddenAct) -> FfnActivation {
+    if act == HiddenAct::Silu {
+        FfnActivation::SwiGlu
+    } else {
+        FfnActivation::GeGlu
+    }
+}
+
 impl HiddenAct {
     /// The shared feed-forward activation.
     pub fn ffn(self) -> FfnActivation {
@@ -121,6 +132,47 @@ pub enum GateLayout {
     Fused,
 }
 
+/// Whether every token runs the one network, or a router sends it to a few of several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Routing {
+    /// One network for every token.
+    #[default]
+    Dense,
+    /// A sparse mixture of experts (Shazeer et al., 2017; Mixtral, Jiang et al., 2024):
+    /// a linear router scores `n_experts` gated networks, each token runs the `top_k`
+    /// most probable ones (the softmax over all experts, the chosen probabilities
+    /// renormalised to sum to 1), and their outputs are summed with those weights.
+    TopK {
+        /// Experts per layer (Mixtral: 8).
+        n_experts: usize,
+        /// Experts per token (Mixtral: 2).
+        top_k: usize,
+    },
+}
+
+impl Routing {
+    /// Checks the counts.
+    ///
+    /// # Errors
+    /// No experts, or a `top_k` of zero or above the experts.
+    pub fn validate(&self) -> Result<()> {
+        if let Self::TopK { n_experts, top_k } = *self {
+            if n_experts == 0 {
+                return Err(ConfigError::zero("n_experts").into());
+            }
+            if top_k == 0 || top_k > n_experts {
+                return Err(ConfigError::range(
+                    "top_k",
+                    format!("in 1..={n_experts} (the experts)"),
+                    top_k,
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Configuration of [`FeedForward`].
 #[derive(Config, Debug)]
 pub struct FeedForwardConfig {
@@ -140,6 +192,10 @@ pub struct FeedForwardConfig {
     /// Dropout after the down projection. Default: 0.
     #[config(default = 0.0)]
     pub dropout: f64,
+    /// One network, or a mixture of experts (each a network of this configuration).
+    /// Default: one.
+    #[config(default = "Routing::Dense")]
+    pub routing: Routing,
     /// Initial weights. Default: N(0, 0.02).
     #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
     pub initializer: Initializer,
@@ -195,6 +251,21 @@ pub enum FeedForward {
     Gated(GatedFfn),
     /// Gated, one fused gate-up projection: Phi-3.
     FusedGated(FusedGatedFfn),
+    /// A sparse mixture of gated experts: Mixtral.
+    Experts(SparseMoe),
+}
+
+/// A sparse mixture of gated experts with a top-k router ([`Routing::TopK`]). Names as
+/// HF's Mixtral modules: `router` is its `gate`, each expert's `gate_proj`, `up_proj` and
+/// `down_proj` its `w1`, `w3` and `w2`.
+#[derive(Module, Debug)]
+pub struct SparseMoe {
+    /// The router `[d_model, n_experts]`, without a bias.
+    pub router: Linear,
+    /// The experts.
+    pub experts: Vec<GatedFfn>,
+    #[module(skip)]
+    top_k: usize,
 }
 
 impl FeedForwardConfig {
@@ -208,15 +279,23 @@ impl FeedForwardConfig {
         } else {
             0
         };
-        gate + linear(self.d_model, self.d_ff) + linear(self.d_ff, self.d_model)
+        let one = gate + linear(self.d_model, self.d_ff) + linear(self.d_ff, self.d_model);
+        match self.routing {
+            Routing::Dense => one,
+            Routing::TopK { n_experts, .. } => n_experts * one + self.d_model * n_experts,
+        }
     }
 
     /// Builds the network.
     ///
     /// # Errors
-    /// Zero widths, a dropout outside `[0, 1)`, or a fused gate layout with an ungated
-    /// activation.
+    /// Zero widths, a dropout outside `[0, 1)`, a fused gate layout with an ungated
+    /// activation, or experts that are not gated networks with separate projections, or
+    /// whose count or `top_k` is zero or `top_k` above the count.
     pub fn init(&self, device: &Device) -> Result<FeedForward> {
+        if let Routing::TopK { n_experts, top_k } = self.routing {
+            return self.init_experts(n_experts, top_k, device);
+        }
         if self.d_model == 0 {
             return Err(ConfigError::zero("d_model").into());
         }
@@ -266,18 +345,168 @@ impl FeedForwardConfig {
     }
 }
 
+impl FeedForwardConfig {
+    fn init_experts(&self, n_experts: usize, top_k: usize, device: &Device) -> Result<FeedForward> {
+        self.routing.validate()?;
+        let one = self.clone().with_routing(Routing::Dense);
+        let experts = (0..n_experts)
+            .map(|_| match one.init(device)? {
+                FeedForward::Gated(f) => Ok(f),
+                _ => Err(ConfigError::conflict(format!(
+                    "experts are gated networks with separate projections, got {:?} with a \
+                     {:?} layout",
+                    self.activation, self.gate_layout
+                ))
+                .into()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(FeedForward::Experts(SparseMoe {
+            router: LinearConfig::new(self.d_model, n_experts)
+                .with_bias(false)
+                .with_initializer(self.initializer.clone())
+                .init(device),
+            experts,
+            top_k,
+        }))
+    }
+}
+
+impl GatedFfn {
+    /// `down(act(gate(x)) * up(x))`, dropout after.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> `[B, T, d_model]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let h =
+            self.act.apply(linear_rows(&self.gate_proj, x.clone())) * linear_rows(&self.up_proj, x);
+        crate::dropout(&self.dropout, linear_rows(&self.down_proj, h))
+    }
+}
+
+impl SparseMoe {
+    /// Experts per token.
+    pub fn top_k(&self) -> usize {
+        self.top_k
+    }
+
+    /// The router's scores of every expert for every token, `[B T, n_experts]`: what
+    /// [`load_balancing_loss`] takes.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> `[B T, n_experts]`
+    pub fn router_logits(&self, x: Tensor<3>) -> Tensor<2> {
+        let [b, t, d] = x.dims();
+        self.router.forward(x.reshape([b * t, d]))
+    }
+
+    /// The mixture's output and the router's logits. Each expert runs on the tokens
+    /// routed to it only: the routing is read back to the host once per call to gather
+    /// them. The weights stay on the device, so the router is trained through them.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> (`[B, T, d_model]`, `[B T, n_experts]`)
+    pub fn forward_routed(&self, x: Tensor<3>) -> (Tensor<3>, Tensor<2>) {
+        let [b, t, d] = x.dims();
+        let (n, e, k) = (b * t, self.experts.len(), self.top_k);
+        let device = x.device();
+        let flat = x.reshape([n, d]);
+        let logits = self.router.forward(flat.clone());
+        // As transformers: the softmax over every expert, the top k renormalised.
+        let (top, chosen) = softmax(logits.clone(), 1).topk_with_indices(k, 1);
+        let top = top.clone() / top.sum_dim(1);
+        let weights = Tensor::<2>::zeros([n, e], &device).scatter(
+            1,
+            chosen.clone(),
+            top,
+            IndexingUpdateOp::Add,
+        );
+        // An Int tensor this function built reads back on every backend; failing here is
+        // a broken device, not an input to report.
+        let host = chosen
+            .into_data()
+            .convert::<i64>()
+            .try_into_vec::<i64>()
+            .expect("the router's choices read back from the device");
+        let mut rows: Vec<Vec<i64>> = vec![Vec::new(); e];
+        for (i, &expert) in host.iter().enumerate() {
+            if let Some(r) = usize::try_from(expert).ok().and_then(|x| rows.get_mut(x)) {
+                r.push((i / k) as i64);
+            }
+        }
+        let mut out = Tensor::<2>::zeros([n, d], &device);
+        for (expert, (ffn, tokens)) in self.experts.iter().zip(rows).enumerate() {
+            if tokens.is_empty() {
+                continue;
+            }
+            let m = tokens.len();
+            let ids = Tensor::<1, Int>::from_data(TensorData::new(tokens, [m]), &device);
+            let y = ffn
+                .forward(flat.clone().select(0, ids.clone()).reshape([1, m, d]))
+                .reshape([m, d]);
+            let w = weights
+                .clone()
+                .select(0, ids.clone())
+                .slice([0..m, expert..expert + 1]);
+            out = out.select_assign(0, ids, y * w, IndexingUpdateOp::Add);
+        }
+        (out.reshape([b, t, d]), logits)
+    }
+}
+
+/// The router's auxiliary load-balancing loss (Fedus et al., 2022, "Switch Transformers",
+/// eqs. 4-6; HF's `load_balancing_loss_func` without a mask): over every layer's router
+/// logits `[N, E]`, `E · Σₑ fₑ · Pₑ`, where `fₑ` is the share of the top-`top_k`
+/// assignments that went to expert `e` and `Pₑ` the mean router probability of `e`, both
+/// per token over all layers. `top_k` when the router's probabilities are uniform; the
+/// gradient reaches the router through `Pₑ`. Returns `[1]`, zero without layers.
+pub fn load_balancing_loss(router_logits: &[Tensor<2>], top_k: usize) -> Tensor<1> {
+    let Some(first) = router_logits.first() else {
+        return Tensor::zeros([1], &Device::default());
+    };
+    let e = first.dims()[1];
+    let device = first.device();
+    let mut counts = Tensor::<1>::zeros([e], &device);
+    let mut probs = Tensor::<1>::zeros([e], &device);
+    let mut rows = 0;
+    for logits in router_logits {
+        let n = logits.dims()[0];
+        let p = softmax(logits.clone(), 1);
+        let (_, chosen) = p.clone().topk_with_indices(top_k.min(e), 1);
+        let hot: Tensor<2, Int> = chosen.reshape([n * top_k.min(e)]).one_hot(e);
+        counts = counts + hot.float().sum_dim(0).reshape([e]);
+        probs = probs + p.sum_dim(0).reshape([e]);
+        rows += n;
+    }
+    let rows = rows.max(1) as f64;
+    ((counts / rows) * (probs / rows)).sum() * e as f64
+}
+
 impl FeedForward {
     /// The activation.
     pub fn activation(&self) -> FfnActivation {
         match self {
             Self::Plain(f) => f.act.ffn(),
             Self::Gated(GatedFfn { act, .. }) | Self::FusedGated(FusedGatedFfn { act, .. }) => {
-                if *act == HiddenAct::Silu {
-                    FfnActivation::SwiGlu
-                } else {
-                    FfnActivation::GeGlu
-                }
+                gated(*act)
             }
+            Self::Experts(m) => m
+                .experts
+                .first()
+                .map_or(FfnActivation::SwiGlu, |f| gated(f.act)),
+        }
+    }
+
+    /// The output, and the router's logits `[B T, n_experts]` for a mixture of experts.
+    ///
+    /// # Shapes
+    /// - `x`: `[B, T, d_model]` -> `[B, T, d_model]`
+    pub fn forward_routed(&self, x: Tensor<3>) -> (Tensor<3>, Option<Tensor<2>>) {
+        match self {
+            Self::Experts(m) => {
+                let (out, logits) = m.forward_routed(x);
+                (out, Some(logits))
+            }
+            _ => (self.forward(x), None),
         }
     }
 
@@ -290,11 +519,8 @@ impl FeedForward {
                 &f.down_proj,
                 &f.dropout,
             ),
-            Self::Gated(f) => (
-                f.act.apply(linear_rows(&f.gate_proj, x.clone())) * linear_rows(&f.up_proj, x),
-                &f.down_proj,
-                &f.dropout,
-            ),
+            Self::Gated(f) => return f.forward(x),
+            Self::Experts(m) => return m.forward_routed(x).0,
             Self::FusedGated(f) => {
                 let both = linear_rows(&f.gate_up_proj, x); // [B, T, 2 d_ff]
                 let [b, t, w] = both.dims();
@@ -312,10 +538,105 @@ mod tests {
     use super::*;
     use burn::tensor::Distribution;
     use zoo_device::test_device;
-    use zoo_device::testing::max_abs_diff;
+    use zoo_device::testing::{floats, max_abs_diff};
 
     fn x(b: usize, t: usize, d: usize) -> Tensor<3> {
         Tensor::random([b, t, d], Distribution::Normal(0.0, 1.0), &test_device())
+    }
+
+    /// Each token's output is the sum of its two most probable experts' outputs, weighted
+    /// by their probabilities renormalised to sum to 1, as computed here by hand; every
+    /// expert's weights are parameters; uniform router probabilities give a
+    /// load-balancing loss of `top_k`; bad counts and ungated experts are refused.
+    #[test]
+    fn a_mixture_of_experts_sums_its_top_k_experts_by_their_renormalised_weights() {
+        let dev = test_device();
+        let cfg = FeedForwardConfig::new(8, 12)
+            .with_activation(FfnActivation::SwiGlu)
+            .with_bias(false)
+            .with_routing(Routing::TopK {
+                n_experts: 3,
+                top_k: 2,
+            })
+            .with_initializer(Initializer::Normal {
+                mean: 0.0,
+                std: 0.5,
+            });
+        let ffn = cfg.init(&dev).unwrap();
+        assert_eq!(ffn.num_params(), cfg.num_params());
+        assert_eq!(cfg.num_params(), 3 * 3 * 8 * 12 + 8 * 3);
+        let FeedForward::Experts(m) = &ffn else {
+            panic!("not a mixture")
+        };
+        let input = x(2, 5, 8);
+        let got = floats(ffn.forward(input.clone()));
+        let p = floats(softmax(m.router_logits(input.clone()), 1));
+        let outs: Vec<Vec<f32>> = m
+            .experts
+            .iter()
+            .map(|e| floats(e.forward(input.clone())))
+            .collect();
+        let mut want = vec![0f32; 10 * 8];
+        let mut mean = vec![0f32; 10 * 8];
+        for tok in 0..10 {
+            let row = &p[tok * 3..tok * 3 + 3];
+            let mut order: Vec<usize> = (0..3).collect();
+            order.sort_by(|a, b| row[*b].total_cmp(&row[*a]));
+            let (a, b) = (order[0], order[1]);
+            let sum = row[a] + row[b];
+            for f in 0..8 {
+                let i = tok * 8 + f;
+                want[i] = row[a] / sum * outs[a][i] + row[b] / sum * outs[b][i];
+                mean[i] = (outs[0][i] + outs[1][i] + outs[2][i]) / 3.0;
+            }
+        }
+        let diff = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        assert!(diff(&got, &want) < 1e-5, "{}", diff(&got, &want));
+        // Negative control: the plain mean of all experts is another output.
+        assert!(diff(&got, &mean) > 1e-2);
+        let uniform = Tensor::<2>::zeros([10, 3], &dev);
+        let loss = floats(load_balancing_loss(&[uniform.clone(), uniform], 2))[0];
+        assert!((loss - 2.0).abs() < 1e-6, "{loss}");
+        for (routing, activation, want) in [
+            (
+                Routing::TopK {
+                    n_experts: 0,
+                    top_k: 1,
+                },
+                FfnActivation::SwiGlu,
+                "n_experts",
+            ),
+            (
+                Routing::TopK {
+                    n_experts: 3,
+                    top_k: 4,
+                },
+                FfnActivation::SwiGlu,
+                "top_k",
+            ),
+            (
+                Routing::TopK {
+                    n_experts: 3,
+                    top_k: 1,
+                },
+                FfnActivation::Gelu,
+                "gated networks",
+            ),
+        ] {
+            let e = cfg
+                .clone()
+                .with_routing(routing)
+                .with_activation(activation)
+                .init(&dev)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]
@@ -338,7 +659,9 @@ mod tests {
             let (up_proj, gate_proj, down_proj) = match &ffn {
                 FeedForward::Plain(f) => (&f.up_proj, None, &f.down_proj),
                 FeedForward::Gated(f) => (&f.up_proj, Some(&f.gate_proj), &f.down_proj),
-                FeedForward::FusedGated(_) => panic!("{act:?}: fused without asking"),
+                FeedForward::FusedGated(_) | FeedForward::Experts(_) => {
+                    panic!("{act:?}: another form without asking")
+                }
             };
             assert_eq!(gate_proj.is_some(), act.is_gated(), "{act:?}");
             let up = up_proj.forward(input.clone());

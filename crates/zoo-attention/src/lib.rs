@@ -45,7 +45,7 @@ pub use dropout::dropout;
 pub use error::{AttentionError, Result};
 pub use ffn::{
     FeedForward, FeedForwardConfig, FfnActivation, FusedGatedFfn, GateLayout, GatedFfn, HiddenAct,
-    PlainFfn, gelu_tanh,
+    PlainFfn, Routing, SparseMoe, gelu_tanh, load_balancing_loss,
 };
 pub use head::{LmHead, Pooler, TiedHead};
 pub use mask::{Mask, Visibility};

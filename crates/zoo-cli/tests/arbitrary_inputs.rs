@@ -165,7 +165,7 @@ fn found(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-const DECODERS: [&str; 13] = [
+const DECODERS: [&str; 14] = [
     "gpt2-tiny",
     "llama-tiny",
     "llama3-tiny",
@@ -175,6 +175,7 @@ const DECODERS: [&str; 13] = [
     "gemma-tiny",
     "gemma2-tiny",
     "gemma3-tiny",
+    "mixtral-tiny",
     "phi3-tiny",
     "gpt-neox-tiny",
     "gpt2-tiny-bf16",

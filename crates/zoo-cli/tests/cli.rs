@@ -563,6 +563,7 @@ fn generate_streams_the_library_s_greedy_text() {
         "gemma-tiny",
         "gemma2-tiny",
         "gemma3-tiny",
+        "mixtral-tiny",
     ] {
         let dir = fixture("zoo-decoder", name);
         let prompt = "ROMEO: Wherefore art";
@@ -1140,7 +1141,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, bert, roberta, vit, t5, marian",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, vit, t5, marian",
         ),
         ("info --model {tmp}/bart", "unknown model_type \"bart\""),
         (
@@ -1224,7 +1225,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "generate --model {bert} --prompt hello",
-            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text)",
+            "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral)",
         ),
         (
             "generate --model {gpt2} --prompt hi --num-beams 0",

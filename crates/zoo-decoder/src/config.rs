@@ -4,7 +4,7 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 use zoo_attention::{
     FeedForwardConfig, FfnActivation, GateLayout, MultiHeadAttentionConfig, NormKind,
-    NormPlacement, QkNorm, QkvLayout, RopeLayout, RopeScaling, TransformerBlockConfig,
+    NormPlacement, QkNorm, QkvLayout, RopeLayout, RopeScaling, Routing, TransformerBlockConfig,
 };
 
 use zoo_core::validate;
@@ -134,6 +134,10 @@ pub struct DecoderConfig {
     /// A soft cap on the logits (Gemma 2's `final_logit_softcapping`). Default: none.
     #[config(default = "None")]
     pub final_softcap: Option<f64>,
+    /// One MLP per layer, or a sparse mixture of experts (Mixtral's eight, two per
+    /// token). Default: one.
+    #[config(default = "Routing::Dense")]
+    pub experts: Routing,
 }
 
 impl DecoderConfig {
@@ -169,6 +173,11 @@ impl DecoderConfig {
             self.n_heads
         };
         let d_ff = self.d_ff.unwrap_or(self.d_model.saturating_mul(8) / 3);
+        // Every expert's weights are held: as one MLP that many times wider.
+        let d_ff = match self.experts {
+            Routing::Dense => d_ff,
+            Routing::TopK { n_experts, .. } => d_ff.saturating_mul(n_experts),
+        };
         self.with_positions(PositionKind::Rope {
             theta: 10000.0,
             layout: RopeLayout::HalfSplit,
@@ -222,6 +231,7 @@ impl DecoderConfig {
         .with_activation(self.activation)
         .with_gate_layout(self.gate_layout)
         .with_bias(self.mlp_bias.unwrap_or(self.bias))
+        .with_routing(self.experts)
         .with_initializer(init);
         TransformerBlockConfig::new(attn, ffn)
             .with_norm(self.norm)
@@ -314,8 +324,14 @@ impl DecoderConfig {
         }
         // Before any size is derived from the config.
         let d_ff = self.d_ff.unwrap_or(self.d_model.saturating_mul(8) / 3);
+        // Every expert's weights are held: as one MLP that many times wider.
+        let d_ff = match self.experts {
+            Routing::Dense => d_ff,
+            Routing::TopK { n_experts, .. } => d_ff.saturating_mul(n_experts),
+        };
         let (v, d, l) = (self.vocab_size, self.d_model, self.n_layers);
         validate::transformer_fits("the decoder's weights", v, d, l, d_ff)?;
+        self.experts.validate()?;
         self.block().attention.validate()?;
         Ok(())
     }

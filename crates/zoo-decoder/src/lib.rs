@@ -14,8 +14,9 @@
 //! rotary, [`qwen3`]'s `Qwen3ForCausalLM` with QK-norm, and the Gemma family:
 //! [`gemma`]'s `GemmaForCausalLM`, [`gemma2`]'s `Gemma2ForCausalLM` with four norms per
 //! layer, local and global layers and soft caps, and [`gemma3`]'s `Gemma3ForCausalLM`
-//! with QK-norm and a RoPE base per layer type) load and save through [`pretrained`], and
-//! their `tokenizer.json` through [`LmTokenizer`]. [`registry`] lists them as rows for `zoo-hub`'s `AutoModel`.
+//! with QK-norm and a RoPE base per layer type), and [`mixtral`]'s `MixtralForCausalLM`
+//! with a sparse mixture of experts) load and save through [`pretrained`], and their
+//! `tokenizer.json` through [`LmTokenizer`]. [`registry`] lists them as rows for `zoo-hub`'s `AutoModel`.
 #![warn(missing_docs)]
 
 pub mod bigram;
@@ -28,6 +29,7 @@ pub mod gpt_neox;
 pub mod hf;
 pub mod layer;
 mod lm;
+pub mod mixtral;
 pub mod model;
 pub mod phi3;
 pub mod pretrained;
@@ -42,6 +44,7 @@ pub use gemma3::Gemma3Config;
 pub use gpt_neox::GptNeoXConfig;
 pub use hf::DecoderSpec;
 pub use layer::{DecoderLayer, Layer, LayerKind};
+pub use mixtral::MixtralConfig;
 pub use model::{DecoderCache, DecoderInput, DecoderLm, DecoderOutput};
 pub use phi3::Phi3Config;
 pub use pretrained::{Gpt2Config, HfDecoderConfig, LlamaConfig, TokenIds};

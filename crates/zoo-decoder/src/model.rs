@@ -113,6 +113,9 @@ pub struct DecoderOutput {
     pub logits: Tensor<3>,
     /// Per layer `[B, H, T, Tk]`, when asked for.
     pub weights: Vec<Tensor<4>>,
+    /// Per layer with a mixture of experts, its router's logits `[B T, n_experts]`:
+    /// what [`zoo_attention::load_balancing_loss`] takes for training.
+    pub router_logits: Vec<Tensor<2>>,
 }
 
 /// One KV cache per layer.
@@ -322,6 +325,7 @@ impl<L: Layer> DecoderLm<L> {
             mask = mask.with_key_padding(pad);
         }
         let mut weights = Vec::new();
+        let mut router_logits = Vec::new();
         for layer in &self.layers {
             let mut bi = BlockInput::new(h).mask(mask.clone());
             if let Some(p) = &input.positions {
@@ -333,10 +337,12 @@ impl<L: Layer> DecoderLm<L> {
             let out = layer.forward(bi)?;
             h = out.hidden;
             weights.extend(out.self_weights);
+            router_logits.extend(out.router_logits);
         }
         Ok(DecoderOutput {
             logits: self.head(self.norm_f.forward(h)),
             weights,
+            router_logits,
         })
     }
 
@@ -352,10 +358,11 @@ impl<L: Layer> DecoderLm<L> {
         input: DecoderInput,
         cache: &mut DecoderCache,
     ) -> Result<DecoderOutput> {
-        let (h, weights) = self.cached_hidden(input, cache)?;
+        let (h, weights, router_logits) = self.cached_hidden(input, cache)?;
         Ok(DecoderOutput {
             logits: self.head(self.norm_f.forward(h)),
             weights,
+            router_logits,
         })
     }
 
@@ -370,7 +377,7 @@ impl<L: Layer> DecoderLm<L> {
         input: DecoderInput,
         cache: &mut DecoderCache,
     ) -> Result<Tensor<2>> {
-        let (h, _) = self.cached_hidden(input, cache)?;
+        let (h, _, _) = self.cached_hidden(input, cache)?;
         let [b, t, d] = h.dims();
         let last = h.slice([0..b, t - 1..t, 0..d]);
         let logits = self.head(self.norm_f.forward(last));
@@ -378,13 +385,14 @@ impl<L: Layer> DecoderLm<L> {
         Ok(logits.reshape([b, v]))
     }
 
-    /// The last block's states for `T` new tokens, and the attention weights when asked
-    /// for, reading and extending `cache`.
+    /// The last block's states for `T` new tokens, the attention weights when asked for
+    /// and the routers' logits, reading and extending `cache`.
+    #[allow(clippy::type_complexity)]
     fn cached_hidden(
         &self,
         input: DecoderInput,
         cache: &mut DecoderCache,
-    ) -> Result<(Tensor<3>, Vec<Tensor<4>>)> {
+    ) -> Result<(Tensor<3>, Vec<Tensor<4>>, Vec<Tensor<2>>)> {
         let offset = cache.seen();
         self.check_tokens(&input, offset)?;
         if cache.layers.len() != self.layers.len() {
@@ -400,6 +408,7 @@ impl<L: Layer> DecoderLm<L> {
             None => Mask::none(),
         };
         let mut weights = Vec::new();
+        let mut router_logits = Vec::new();
         for (layer, c) in self.layers.iter().zip(cache.layers.iter_mut()) {
             let mut bi = BlockInput::new(h).mask(mask.clone());
             if let Some(p) = &input.positions {
@@ -411,8 +420,9 @@ impl<L: Layer> DecoderLm<L> {
             let out = layer.forward_cached(bi, c)?;
             h = out.hidden;
             weights.extend(out.self_weights);
+            router_logits.extend(out.router_logits);
         }
-        Ok((h, weights))
+        Ok((h, weights, router_logits))
     }
 }
 
@@ -465,11 +475,7 @@ mod tests {
     impl Layer for Mine {
         fn forward(&self, input: BlockInput) -> Result<BlockOutput> {
             if self.skip {
-                return Ok(BlockOutput {
-                    hidden: input.hidden().clone(),
-                    self_weights: None,
-                    cross_weights: None,
-                });
+                return Ok(BlockOutput::of(input.hidden().clone()));
             }
             self.inner.forward(input)
         }

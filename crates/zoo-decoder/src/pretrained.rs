@@ -44,6 +44,7 @@ use crate::gemma3::{self, Gemma3Config};
 use crate::gpt_neox::{self, GptNeoXConfig};
 use crate::hf::{DecoderSpec, llama_key_map, unsupported};
 pub use crate::hf::{RopeFields, RopeParameters, RotarySizes, SpecialTokens};
+use crate::mixtral::{self, MixtralConfig};
 use crate::model::DecoderLm;
 use crate::phi3::{self, Phi3Config};
 use crate::qwen3::{self, Qwen3Config};
@@ -163,6 +164,8 @@ pub enum HfDecoderConfig {
     Gemma2(Gemma2Config),
     /// `gemma3_text`.
     Gemma3(Gemma3Config),
+    /// `mixtral`.
+    Mixtral(MixtralConfig),
 }
 
 impl HfDecoderConfig {
@@ -189,6 +192,7 @@ impl HfDecoderConfig {
             gemma::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma),
             gemma2::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma2),
             gemma3::MODEL_TYPE => serde_json::from_value(json).map(Self::Gemma3),
+            mixtral::MODEL_TYPE => serde_json::from_value(json).map(Self::Mixtral),
             other => {
                 let known: Vec<&str> = ARCHITECTURES.iter().map(|a| a.model_type).collect();
                 return Err(bad(format!(
@@ -214,6 +218,7 @@ impl HfDecoderConfig {
             Self::Gemma(_) => gemma::MODEL_TYPE,
             Self::Gemma2(_) => gemma2::MODEL_TYPE,
             Self::Gemma3(_) => gemma3::MODEL_TYPE,
+            Self::Mixtral(_) => mixtral::MODEL_TYPE,
         }
     }
 
@@ -228,6 +233,7 @@ impl HfDecoderConfig {
             Self::Gemma(c) => c,
             Self::Gemma2(c) => c,
             Self::Gemma3(c) => c,
+            Self::Mixtral(c) => c,
         }
     }
 
@@ -242,6 +248,7 @@ impl HfDecoderConfig {
             Self::Gemma(c) => serde_json::to_value(c),
             Self::Gemma2(c) => serde_json::to_value(c),
             Self::Gemma3(c) => serde_json::to_value(c),
+            Self::Mixtral(c) => serde_json::to_value(c),
         }
         .map_err(|e| ConfigError::malformed(format!("config.json: {e}")).into())
     }

@@ -41,6 +41,7 @@ pub const ARCHITECTURES: &[Architecture] = &[
     causal_lm(crate::gemma::MODEL_TYPE, crate::gemma::ARCHITECTURE),
     causal_lm(crate::gemma2::MODEL_TYPE, crate::gemma2::ARCHITECTURE),
     causal_lm(crate::gemma3::MODEL_TYPE, crate::gemma3::ARCHITECTURE),
+    causal_lm(crate::mixtral::MODEL_TYPE, crate::mixtral::ARCHITECTURE),
 ];
 
 /// A causal-LM checkpoint with its HF config.
@@ -162,7 +163,8 @@ mod tests {
                 "qwen3",
                 "gemma",
                 "gemma2",
-                "gemma3_text"
+                "gemma3_text",
+                "mixtral"
             ]
         );
         for a in ARCHITECTURES {

@@ -23,7 +23,7 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 
-const MODELS: [&str; 11] = zoo_fixtures::DECODER_FIXTURES;
+const MODELS: [&str; 12] = zoo_fixtures::DECODER_FIXTURES;
 
 fn fixture(name: &str) -> PathBuf {
     zoo_fixtures::fixture(env!("CARGO_MANIFEST_DIR"), name)
@@ -414,7 +414,7 @@ fn checkpoints_that_do_not_fit_name_every_tensor() {
     assert!(
         e.ends_with(
             "model_type \"falcon\" is not a decoder this crate loads; it loads gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text"
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral"
         ),
         "{e}"
     );
@@ -487,4 +487,46 @@ fn scaled_rope_matches_transformers_past_the_original_context() {
         let d = diff(&plain, &e.past_ids, &e.past_logits);
         assert!(d > 1e-2, "{name} without its scaling: {d}");
     }
+}
+
+/// Mixtral's mixture of experts: the routers' logits come out of the forward pass, one
+/// `[B T, 4]` per layer, and the load-balancing loss over them equals transformers'
+/// `aux_loss` for the same input within 1e-5. Negative control: one expert per token
+/// instead of two gives other logits.
+#[test]
+fn mixtral_routes_as_transformers_and_gives_its_auxiliary_loss() {
+    let device = test_device();
+    let e: serde_json::Value = zoo_fixtures::expected(&fixture("mixtral-tiny"));
+    let rows: Vec<Vec<i64>> = serde_json::from_value(e["input_ids"].clone()).unwrap();
+    let model = DecoderLm::from_pretrained(fixture("mixtral-tiny"), &device).unwrap();
+    let out = model
+        .forward(DecoderInput::new(ids(&rows, &device)))
+        .unwrap();
+    assert_eq!(out.router_logits.len(), 2);
+    for logits in &out.router_logits {
+        assert_eq!(logits.dims(), [2 * 10, 4]);
+    }
+    let zoo_attention::FeedForward::Experts(moe) = model.layers[0].mlp() else {
+        panic!("mixtral's MLP is not a mixture of experts")
+    };
+    assert_eq!((moe.experts.len(), moe.top_k()), (4, 2));
+    let loss = zoo_attention::load_balancing_loss(&out.router_logits, moe.top_k());
+    let got = floats(loss)[0];
+    let want = e["aux_loss"].as_f64().unwrap() as f32;
+    assert!(
+        (got - want).abs() <= 1e-5,
+        "{got} against transformers' {want}"
+    );
+    // Negative control: top-1 routing.
+    let hf = HfDecoderConfig::from_pretrained(fixture("mixtral-tiny")).unwrap();
+    let cfg = hf.decoder().unwrap();
+    let mut top1 = cfg
+        .with_experts(zoo_attention::Routing::TopK {
+            n_experts: 4,
+            top_k: 1,
+        })
+        .init(&device)
+        .unwrap();
+    zoo_core::checkpoint::load_into(&mut top1, &fixture("mixtral-tiny"), &hf.key_map()).unwrap();
+    assert!(logits_diff(&top1, &expected("mixtral-tiny"), &device) > 1e-2);
 }

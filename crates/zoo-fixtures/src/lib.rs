@@ -20,7 +20,7 @@ pub fn fixture(manifest_dir: &str, name: &str) -> PathBuf {
 /// The causal-LM fixtures of `zoo-decoder/tests/fixtures`, one per architecture or
 /// setting that `xtask/fixtures/decoder.py` writes, each with the same `expected.json`
 /// layout (logits, greedy and beam tokens, tokenizer samples).
-pub const DECODER_FIXTURES: [&str; 11] = [
+pub const DECODER_FIXTURES: [&str; 12] = [
     "gpt2-tiny",
     "llama-tiny",
     "mistral-tiny",
@@ -32,6 +32,7 @@ pub const DECODER_FIXTURES: [&str; 11] = [
     "gemma-tiny",
     "gemma2-tiny",
     "gemma3-tiny",
+    "mixtral-tiny",
 ];
 
 /// A tensor as `xtask/fixtures/common.py` writes it.

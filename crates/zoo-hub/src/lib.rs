@@ -325,11 +325,11 @@ mod tests {
     fn every_family_contributes_its_rows() {
         assert_eq!(
             model_types(None).join(", "),
-            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, bert, roberta, vit, t5, marian"
+            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, vit, t5, marian"
         );
         assert_eq!(
             model_types(Some(Task::Generate)).join(", "),
-            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text"
+            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral"
         );
         assert_eq!(model_types(Some(Task::Translate)).join(", "), "t5, marian");
         assert_eq!(

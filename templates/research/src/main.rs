@@ -58,9 +58,8 @@ impl GatedAttentionLayer {
         let x = x + dropout(&self.dropout, gated);
         let out = self.mlp.forward(self.norm_2.forward(x.clone()));
         Ok(BlockOutput {
-            hidden: x + dropout(&self.dropout, out),
             self_weights: attn.weights,
-            cross_weights: None,
+            ..BlockOutput::of(x + dropout(&self.dropout, out))
         })
     }
 }

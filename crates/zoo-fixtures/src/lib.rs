@@ -6,6 +6,8 @@
 //! A dev-dependency only: nothing in a library or a program uses it.
 #![warn(missing_docs)]
 
+pub mod hub_server;
+
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;

@@ -30,6 +30,7 @@
 //! architecture adds a row there and nothing here.
 #![warn(missing_docs)]
 
+pub mod hub;
 mod text;
 
 pub use text::TextGeneration;
@@ -54,6 +55,14 @@ pub enum HubError {
     NoFolder {
         /// The folder.
         path: PathBuf,
+    },
+    /// A hub id that cannot be found in the cache or fetched (see [`hub`]).
+    #[error("{repo}: {message}")]
+    Hub {
+        /// The repository id.
+        repo: String,
+        /// What went wrong, and what to do about it.
+        message: String,
     },
     /// A `config.json` that cannot be read, or names what no family loads.
     #[error(transparent)]
@@ -247,14 +256,18 @@ impl std::fmt::Debug for AutoModel {
 
 impl AutoModel {
     /// Reads `dir/config.json`, picks the architecture and loads it onto `device`.
+    /// `dir` is a checkpoint folder, or a hub id (`org/name`) found in the HF cache or
+    /// downloaded into it with the environment's settings ([`hub::locate`],
+    /// [`hub::HubOptions::from_env`]).
     ///
     /// # Errors
-    /// See [`Detected::new`] and [`Detected::load`].
+    /// See [`hub::locate`], [`Detected::new`] and [`Detected::load`].
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = hub::locate(dir, &hub::HubOptions::from_env())?;
         Detected::new(dir)?.load(device)
     }
 
-    /// [`Self::from_pretrained`], with the PEFT LoRA adapter of `adapter` folded into the
+    /// [`Self::from_pretrained`] (a folder or a hub id), with the PEFT LoRA adapter of `adapter` folded into the
     /// weights when one is given.
     ///
     /// # Errors
@@ -264,7 +277,7 @@ impl AutoModel {
         adapter: Option<&Path>,
         device: &Device,
     ) -> Result<Self> {
-        let detected = Detected::new(dir)?;
+        let detected = Detected::new(hub::locate(dir, &hub::HubOptions::from_env())?)?;
         match adapter {
             Some(a) => detected.load_adapted(a, device),
             None => detected.load(device),

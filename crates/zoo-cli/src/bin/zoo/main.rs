@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Every command takes `--device` (flex, ndarray, wgpu, tch, tch-cuda, cuda) and picks the
-//! model from `config.json`'s `model_type` and `architectures`. A failure is one line on
+//! model from `config.json`'s `model_type` and `architectures`. `--model` is a folder or a
+//! hub id (`org/name`), found in the HF cache or downloaded into it. A failure is one line on
 //! stderr, `error: ...`, and exit status 1.
 
 /// Writes to stdout; when the reader has gone (`zoo info ... | head`), the program ends
@@ -58,6 +59,7 @@ use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
 use zoo_encoder::SentenceEncoder;
+use zoo_hub::hub::{self, HubOptions};
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 
 use zoo_cli::error::{CliError, Result};
@@ -88,7 +90,7 @@ struct Cli {
 enum Command {
     /// Architecture, parameter count, dtype and tensors of a checkpoint folder.
     Info {
-        /// The checkpoint folder (config.json and its weights).
+        /// The checkpoint folder (config.json and its weights), or a hub id (org/name).
         #[arg(long)]
         model: PathBuf,
         /// Also read every weight and fail, naming the tensors, when any holds NaN or an
@@ -99,7 +101,7 @@ enum Command {
     /// The raw outputs for HF forward arguments read from JSON, for checking against
     /// other implementations.
     Forward {
-        /// The checkpoint folder.
+        /// The checkpoint folder, or a hub id (org/name).
         #[arg(long)]
         model: PathBuf,
         /// A JSON object of HF forward arguments: input_ids, attention_mask,
@@ -127,7 +129,7 @@ enum Command {
     /// The top labels of an image or a text, with probabilities, from a model with a
     /// classification head.
     Classify {
-        /// The checkpoint folder.
+        /// The checkpoint folder, or a hub id (org/name).
         #[arg(long)]
         model: PathBuf,
         /// An image file (PNG or JPEG).
@@ -149,7 +151,7 @@ enum Command {
     /// Folds a PEFT LoRA adapter (from zoo train or Python peft) into a causal LM's
     /// weights and writes the merged checkpoint folder.
     Merge {
-        /// The base checkpoint folder.
+        /// The base checkpoint folder, or a hub id (org/name).
         #[arg(long)]
         model: PathBuf,
         /// The adapter folder (adapter_config.json, adapter_model.safetensors).
@@ -165,7 +167,7 @@ enum Command {
     /// Sentence embeddings from a sentence-transformers folder.
     Embed {
         /// The sentence-transformers folder (modules.json, 1_Pooling/config.json, the
-        /// BERT checkpoint and its tokenizer).
+        /// BERT checkpoint and its tokenizer), or a hub id (org/name).
         #[arg(long)]
         model: PathBuf,
         /// A JSON file {"sentences": ["...", ...]}.
@@ -179,7 +181,7 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct TranslateArgs {
-    /// The checkpoint folder, with its tokenizer.json.
+    /// The checkpoint folder, with its tokenizer.json, or a hub id (org/name).
     #[arg(long)]
     model: PathBuf,
     /// The source text.
@@ -218,7 +220,32 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// Turns the command's `--model` into a folder: a name that is no file or folder but is
+/// written as a hub id becomes its snapshot in the HF cache, downloaded into it if need
+/// be, with a progress bar per file (see `zoo_hub::hub`). Anything else is left for the
+/// command, which reports a missing folder.
+fn locate_model(command: &mut Command) -> Result<()> {
+    let model = match command {
+        Command::Info { model, .. }
+        | Command::Forward { model, .. }
+        | Command::Classify { model, .. }
+        | Command::Merge { model, .. }
+        | Command::Embed { model, .. } => model,
+        Command::Generate(args) => &mut args.model,
+        Command::Chat(args) => &mut args.model,
+        Command::Translate(args) => &mut args.model,
+        Command::Train(args) => &mut args.model,
+    };
+    if let Some(id) = model.to_str().filter(|id| hub::is_repo_id(id))
+        && !model.exists()
+    {
+        *model = hub::snapshot(id, &HubOptions::from_env().with_progress(true))?;
+    }
+    Ok(())
+}
+
+fn run(mut cli: Cli) -> Result<()> {
+    locate_model(&mut cli.command)?;
     let device = || -> Result<Device> { Ok(zoo_device::select_by_name(&cli.device)?) };
     match cli.command {
         Command::Info { model, check } => info(&model, check, &device()?),

@@ -55,9 +55,9 @@ pub(crate) struct SamplingArgs {
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct GenerateArgs {
-    /// The checkpoint folder, with its tokenizer.json.
+    /// The checkpoint folder, with its tokenizer.json, or a hub id (org/name).
     #[arg(long)]
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     /// The text to continue.
     #[arg(long)]
     prompt: String,
@@ -72,9 +72,9 @@ pub(crate) struct GenerateArgs {
 #[derive(clap::Args, Debug)]
 pub(crate) struct ChatArgs {
     /// The checkpoint folder, with its tokenizer.json and a chat template
-    /// (tokenizer_config.json's chat_template, or chat_template.jinja).
+    /// (tokenizer_config.json's chat_template, or chat_template.jinja); or a hub id.
     #[arg(long)]
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     /// A JSON list of {"role", "content"} messages, as apply_chat_template takes it: the
     /// answer to them is printed, instead of turns read from standard input.
     #[arg(long)]

@@ -57,9 +57,9 @@ pub(crate) enum TooLong {
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct TrainCmdArgs {
-    /// The checkpoint folder to start from.
+    /// The checkpoint folder to start from, or a hub id (org/name).
     #[arg(long)]
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     /// What to learn.
     #[arg(long, value_enum)]
     task: TrainTask,

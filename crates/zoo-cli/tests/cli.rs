@@ -903,6 +903,11 @@ fn more_bad_inputs(tmp: &Path, folder: &FolderMaker<'_>) {
         &|c| c["n_layer"] = 1_000_000_000_000u64.into(),
         true,
     );
+    folder(
+        "long-context",
+        &|c| c["n_positions"] = 1_000_000_000_000u64.into(),
+        true,
+    );
     folder("list", &|c| *c = json!([]), true);
     let rope0 = tmp.join("rope0");
     std::fs::create_dir_all(&rope0).unwrap();
@@ -1329,6 +1334,11 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "info --model {tmp}/deep",
+            "the decoder's weights would need ",
+        ),
+        // The position table counts too (it was once allocated before any check).
+        (
+            "info --model {tmp}/long-context",
             "the decoder's weights would need ",
         ),
         ("info --model {tmp}/list", "config.json: no model_type"),

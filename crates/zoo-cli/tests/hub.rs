@@ -19,7 +19,19 @@ fn zoo_env(args: &[&str], hf_home: &Path, env: &[(&str, &str)]) -> Run {
     cmd.args(args)
         .args(["--device", test_backend().as_str()])
         .env("HF_HOME", hf_home);
-    for key in ["HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"] {
+    // A proxy from the environment would take the requests to 127.0.0.1 elsewhere.
+    for key in [
+        "HF_ENDPOINT",
+        "HF_TOKEN",
+        "HF_HUB_OFFLINE",
+        "HF_HUB_CACHE",
+        "ALL_PROXY",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "all_proxy",
+        "https_proxy",
+        "http_proxy",
+    ] {
         cmd.env_remove(key);
     }
     for (k, v) in env {

@@ -252,11 +252,13 @@ pub fn fits_in_memory(what: &str, values: f64, bytes_each: f64) -> Result {
     }
 }
 
-/// [`fits_in_memory`] for a transformer of `layers` layers of width `width` over a
-/// vocabulary (or position table) of `rows`: a lower bound of its f32 weights, the
-/// `rows × width` embeddings and, per layer, the query and output projections and two
-/// feed-forward matrices of `d_ff`. A lower bound, so that no model that fits is
-/// refused; formed in floats, so that no product of config values overflows.
+/// [`fits_in_memory`] for a transformer of `layers` layers of width `width` over
+/// `rows` rows of that width (the vocabulary, position and token-type tables, a patch
+/// projection): a lower bound of its f32 weights, the `rows × width` tables and, per
+/// layer, the query and output projections between `width` and the heads' total width
+/// `attn_width`, and two feed-forward matrices of `d_ff`. A lower bound, so that no
+/// model that fits is refused; formed in floats, so that no product of config values
+/// overflows.
 ///
 /// # Errors
 /// As [`fits_in_memory`].
@@ -266,9 +268,11 @@ pub fn transformer_fits(
     width: usize,
     layers: usize,
     d_ff: usize,
+    attn_width: usize,
 ) -> Result {
     let (r, d, l, f) = (rows as f64, width as f64, layers as f64, d_ff as f64);
-    fits_in_memory(what, r * d + l * (2.0 * d * d + 2.0 * d * f), 4.0)
+    let a = attn_width as f64;
+    fits_in_memory(what, r * d + l * (2.0 * d * a + 2.0 * d * f), 4.0)
 }
 
 #[cfg(test)]

@@ -330,7 +330,31 @@ impl DecoderConfig {
             Routing::TopK { n_experts, .. } => d_ff.saturating_mul(n_experts),
         };
         let (v, d, l) = (self.vocab_size, self.d_model, self.n_layers);
-        validate::transformer_fits("the decoder's weights", v, d, l, d_ff)?;
+        let head_dim = self.head_dim.unwrap_or(d / self.n_heads.max(1));
+        // The position table is allocated too: learned rows of d_model, or RoPE's cosines
+        // and sines of head_dim per position (two tables with LongRoPE's long factors),
+        // counted as rows of d_model.
+        let table_rows = match self.positions {
+            PositionKind::Learned => self.max_len,
+            PositionKind::Rope { .. } => {
+                let tables = if matches!(self.rope_scaling, RopeScaling::LongRope { .. }) {
+                    2
+                } else {
+                    1
+                };
+                self.max_len
+                    .saturating_mul(head_dim.saturating_mul(tables))
+                    .div_ceil(d)
+            }
+        };
+        validate::transformer_fits(
+            "the decoder's weights",
+            v.saturating_add(table_rows),
+            d,
+            l,
+            d_ff,
+            self.n_heads.saturating_mul(head_dim),
+        )?;
         self.experts.validate()?;
         self.block().attention.validate()?;
         Ok(())
@@ -367,6 +391,15 @@ mod tests {
             assert!(e.contains("the decoder's weights would need"), "{e}");
         }
         assert!(DecoderConfig::new(300, 64, 2, 4, 128).validate().is_ok());
+        // A position table past memory, learned or RoPE's, is refused as well (it was
+        // once allocated first, and the process was killed).
+        for cfg in [
+            DecoderConfig::new(300, 64, 2, 4, 1_000_000_000_000),
+            DecoderConfig::new(300, 64, 2, 4, 1_000_000_000_000).llama_style(),
+        ] {
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains("the decoder's weights would need"), "{e}");
+        }
     }
 
     /// A norm epsilon or a RoPE base of zero, below, or not a finite number is refused

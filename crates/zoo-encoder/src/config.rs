@@ -150,10 +150,13 @@ impl BertConfig {
         ])?;
         validate::transformer_fits(
             "the encoder's weights",
-            self.vocab_size.saturating_add(self.max_position_embeddings),
+            self.vocab_size
+                .saturating_add(self.max_position_embeddings)
+                .saturating_add(self.type_vocab_size),
             self.hidden_size,
             self.num_hidden_layers,
             self.intermediate_size,
+            self.hidden_size,
         )?;
         if self.position_embedding_type != "absolute" {
             return Err(ConfigError::unsupported(

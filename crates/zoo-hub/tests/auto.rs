@@ -234,3 +234,96 @@ fn text_generation_gives_python_s_text() {
     let e = lm.generate("", &GenerationConfig::greedy(8)).unwrap_err();
     assert_eq!(e.to_string(), "the prompt is empty");
 }
+
+/// Every integer of every architecture's config, set to 10^12 one at a time: the folder
+/// either loads (the value sizes nothing, like an end-of-text id) or is refused with one
+/// line, before anything of that size is allocated (once, a RoPE table, a token-type
+/// table, the heads' width, a Marian feed-forward and ViT's channels were allocated
+/// first, and the process aborted). The fields that size the weights must be refused.
+#[test]
+fn every_config_integer_at_10_to_the_12_loads_or_is_refused_in_one_line() {
+    if zoo_core::validate::memory_limit().is_none() {
+        return; // no /proc/meminfo: the sizes have nothing to be compared with
+    }
+    const SIZES: [&str; 14] = [
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "max_position_embeddings",
+        "n_embd",
+        "n_layer",
+        "n_positions",
+        "d_model",
+        "d_ff",
+        "num_layers",
+        "type_vocab_size",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+    ];
+    fn integers(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        match v {
+            Value::Object(map) => {
+                for (k, x) in map {
+                    path.push(k.clone());
+                    integers(x, path, out);
+                    path.pop();
+                }
+            }
+            Value::Number(n) if n.as_u64().is_some_and(|n| n > 1) => out.push(path.clone()),
+            _ => {}
+        }
+    }
+    let device = test_device();
+    let tmp = zoo_fixtures::tempdir("hub", "huge-config");
+    let mut model_types = Vec::new();
+    let (mut refused, mut loaded) = (0, 0);
+    for dir in fixtures() {
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap())
+                .unwrap();
+        let model_type = config["model_type"].as_str().unwrap().to_string();
+        if model_types.contains(&model_type) || !dir.join("model.safetensors").is_file() {
+            continue;
+        }
+        model_types.push(model_type.clone());
+        let case = tmp.join(&model_type);
+        std::fs::create_dir_all(&case).unwrap();
+        std::fs::copy(
+            dir.join("model.safetensors"),
+            case.join("model.safetensors"),
+        )
+        .unwrap();
+        let mut paths = Vec::new();
+        integers(&config, &mut Vec::new(), &mut paths);
+        for path in paths {
+            let mut edited = config.clone();
+            let mut slot = &mut edited;
+            for key in &path {
+                slot = &mut slot[key.as_str()];
+            }
+            *slot = 1_000_000_000_000u64.into();
+            std::fs::write(case.join("config.json"), edited.to_string()).unwrap();
+            let name = format!("{model_type}: {}", path.join("."));
+            match AutoModel::from_pretrained(&case, &device) {
+                Ok(_) => {
+                    assert!(
+                        !(path.len() == 1 && SIZES.contains(&path[0].as_str())),
+                        "{name} at 10^12 loaded"
+                    );
+                    loaded += 1;
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(!e.is_empty() && !e.contains('\n'), "{name}: {e:?}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert!(model_types.len() >= 16, "{model_types:?}");
+    assert!(
+        refused >= 100 && loaded > 0,
+        "{refused} refused, {loaded} loaded"
+    );
+}

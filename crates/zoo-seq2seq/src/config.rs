@@ -149,6 +149,7 @@ impl T5Config {
             self.d_model,
             layers,
             self.d_ff,
+            self.num_heads.saturating_mul(self.d_kv),
         )?;
         validate::epsilon("layer_norm_epsilon", self.layer_norm_epsilon)?;
         self.activation()?;
@@ -344,13 +345,26 @@ impl MarianConfig {
             ("decoder_ffn_dim", self.decoder_ffn_dim),
             ("max_position_embeddings", self.max_position_embeddings),
         ])?;
-        validate::transformer_fits(
-            "Marian's weights",
-            self.vocab_size.saturating_add(self.max_position_embeddings),
-            self.d_model,
-            self.encoder_layers.saturating_add(self.decoder_layers),
-            self.encoder_ffn_dim.min(self.decoder_ffn_dim),
-        )?;
+        // Each stack on its own (the larger one alone must fit), then both together
+        // at the narrower feed-forward.
+        let rows = self.vocab_size.saturating_add(self.max_position_embeddings);
+        for (layers, d_ff) in [
+            (self.encoder_layers, self.encoder_ffn_dim),
+            (self.decoder_layers, self.decoder_ffn_dim),
+            (
+                self.encoder_layers.saturating_add(self.decoder_layers),
+                self.encoder_ffn_dim.min(self.decoder_ffn_dim),
+            ),
+        ] {
+            validate::transformer_fits(
+                "Marian's weights",
+                rows,
+                self.d_model,
+                layers,
+                d_ff,
+                self.d_model,
+            )?;
+        }
         for heads in [
             ("encoder_attention_heads", self.encoder_attention_heads),
             ("decoder_attention_heads", self.decoder_attention_heads),

@@ -191,10 +191,20 @@ impl ViTConfig {
         let side = self.image_size / self.patch_size;
         validate::transformer_fits(
             "the ViT's weights",
-            side.saturating_mul(side).saturating_add(1),
+            // Positions, the patch projection's inputs (channels × patch²) and the
+            // pooler's outputs.
+            side.saturating_mul(side)
+                .saturating_add(1)
+                .saturating_add(
+                    self.num_channels
+                        .saturating_mul(self.patch_size)
+                        .saturating_mul(self.patch_size),
+                )
+                .saturating_add(self.pooler_size()),
             self.hidden_size,
             self.num_hidden_layers,
             self.intermediate_size,
+            self.hidden_size,
         )?;
         validate::model_type(self.model_type.as_deref(), "vit", "ViT")?;
         validate::divisible(

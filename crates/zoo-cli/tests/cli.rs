@@ -140,11 +140,18 @@ fn forward_matches_transformers_for_every_family() {
             ("pooler_output", "pooler_output"),
         ],
     );
-    for name in [
-        "bert-tiny-cls",
-        "bert-tiny-mlm",
-        "roberta-tiny-cls",
-        "roberta-tiny-mlm",
+    let logits: &[(&str, &str)] = &[("logits", "logits")];
+    let span: &[(&str, &str)] = &[
+        ("start_logits", "start_logits"),
+        ("end_logits", "end_logits"),
+    ];
+    for (name, outputs) in [
+        ("bert-tiny-cls", logits),
+        ("bert-tiny-mlm", logits),
+        ("bert-tiny-ner", logits),
+        ("bert-tiny-qa", span),
+        ("roberta-tiny-cls", logits),
+        ("roberta-tiny-mlm", logits),
     ] {
         let dir = fixture("zoo-encoder", name);
         let e = read_json(&dir.join("expected.json"));
@@ -154,7 +161,7 @@ fn forward_matches_transformers_for_every_family() {
                 input[key] = e[key].clone();
             }
         }
-        check_forward(&dir, input, &[("logits", "logits")]);
+        check_forward(&dir, input, outputs);
     }
     for name in ["t5-tiny", "marian-tiny"] {
         let dir = fixture("zoo-seq2seq", name);
@@ -1078,7 +1085,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         "qa",
         &|c| {
             c["model_type"] = "bert".into();
-            c["architectures"] = json!(["BertForQuestionAnswering"]);
+            c["architectures"] = json!(["BertForNextSentencePrediction"]);
         },
         true,
     );
@@ -1151,7 +1158,8 @@ fn bad_input_is_one_line_naming_the_problem() {
         ("info --model {tmp}/bart", "unknown model_type \"bart\""),
         (
             "info --model {tmp}/qa",
-            "architecture \"BertForQuestionAnswering\" of model_type \"bert\" is not supported",
+            "architecture \"BertForNextSentencePrediction\" of model_type \"bert\" is not \
+             supported",
         ),
         (
             "info --model {tmp}/deeper",

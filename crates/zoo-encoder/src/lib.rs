@@ -8,7 +8,9 @@
 //! - [`BertModel`]: word, position and token-type embeddings, a post-norm encoder whose
 //!   layers are composed here from `zoo-attention`'s parts, and the pooler;
 //! - heads: [`BertForMaskedLm`] (the transform and a decoder tied to the word embeddings),
-//!   [`BertForSequenceClassification`], [`BertForTokenClassification`];
+//!   [`BertForSequenceClassification`], [`BertForTokenClassification`], and the span head
+//!   of extractive question answering, [`BertForQuestionAnswering`] (start and end
+//!   logits, [`SpanLogits`]);
 //! - [`roberta`]: RoBERTa, the same modules with positions after the padding id and its
 //!   own checkpoint names (a [`pretrained::Layout`]);
 //! - [`registry`]: the family's rows for `zoo-hub`'s `AutoModel`;
@@ -39,8 +41,9 @@ pub use config::{BertConfig, HiddenAct};
 pub use error::{EncoderError, Result};
 pub use mlm::{MaskedBatch, MaskingConfig, mask_tokens, masked_items};
 pub use model::{
-    BertEmbeddings, BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification,
-    BertLayer, BertModel, EncoderInput, EncoderOutput, PositionIds,
+    BertEmbeddings, BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
+    BertForTokenClassification, BertLayer, BertModel, EncoderInput, EncoderOutput, PositionIds,
+    SpanLogits,
 };
 pub use sentence::{Pooling, PoolingConfig, PoolingModes, SentenceEncoder};
 /// BERT's WordPiece tokenizer, which lives in `zoo-data` with every family's.

@@ -646,6 +646,52 @@ impl BertForTokenClassification {
     }
 }
 
+/// BERT with a span head (HF `BertForQuestionAnswering`): one linear layer from each
+/// token's hidden state to two scores, where the answer starts and where it ends.
+#[derive(Module, Debug)]
+pub struct BertForQuestionAnswering {
+    /// The encoder, without a pooler.
+    pub bert: BertModel,
+    /// `[H, 2]`: the start and end scores of each token.
+    pub qa_outputs: Linear,
+}
+
+/// The start and end scores of every token, `[B, T]` each.
+#[derive(Debug, Clone)]
+pub struct SpanLogits {
+    /// Where the answer starts.
+    pub start: Tensor<2>,
+    /// Where the answer ends.
+    pub end: Tensor<2>,
+}
+
+impl BertForQuestionAnswering {
+    /// Builds the model.
+    ///
+    /// # Errors
+    /// See [`BertConfig::validate`].
+    pub fn new(cfg: &BertConfig, device: &Device) -> Result<Self> {
+        Ok(Self {
+            bert: cfg.init(false, device)?,
+            qa_outputs: linear(cfg.hidden_size, 2, cfg, device),
+        })
+    }
+
+    /// # Shapes
+    /// - input `[B, T]` -> start and end logits `[B, T]` each
+    ///
+    /// # Errors
+    /// As [`BertModel::forward`].
+    pub fn forward(&self, input: EncoderInput) -> Result<SpanLogits> {
+        let h = self.bert.forward(input)?.hidden;
+        let [b, t, _] = h.dims();
+        let scores = self.qa_outputs.forward(h);
+        let start = scores.clone().narrow(2, 0, 1).reshape([b, t]);
+        let end = scores.narrow(2, 1, 1).reshape([b, t]);
+        Ok(SpanLogits { start, end })
+    }
+}
+
 /// Tags per token for `zoo-train`'s token task: the masked cross-entropy of
 /// [`zoo_core::TokenLogits`] over the tag of each word's first token.
 impl TokenLogits for BertForTokenClassification {

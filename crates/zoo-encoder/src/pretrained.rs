@@ -21,8 +21,8 @@ use zoo_core::checkpoint::{self, KeyMap, WeightsFile};
 use crate::config::BertConfig;
 use crate::error::Result;
 use crate::model::{
-    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
-    PositionIds,
+    BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
+    BertForTokenClassification, BertModel, PositionIds,
 };
 
 /// How a member of the BERT family names its checkpoints and counts its positions.
@@ -30,9 +30,9 @@ use crate::model::{
 pub struct Layout {
     /// `config.json`'s `model_type`.
     pub model_type: &'static str,
-    /// HF's class names of the bare encoder, the masked LM, and the sequence and token
-    /// classifiers.
-    pub architectures: [&'static str; 4],
+    /// HF's class names of the bare encoder, the masked LM, the sequence and token
+    /// classifiers, and the question-answering (span) head.
+    pub architectures: [&'static str; 5],
     /// `(checkpoint prefix, BERT's prefix)` where its names differ from BERT's.
     pub dialect: &'static [(&'static str, &'static str)],
     /// More such pairs, for the sequence classifier alone (tried after `dialect`).
@@ -49,6 +49,7 @@ pub const BERT: Layout = Layout {
         "BertForMaskedLM",
         "BertForSequenceClassification",
         "BertForTokenClassification",
+        "BertForQuestionAnswering",
     ],
     dialect: &[],
     sequence_classifier: &[],
@@ -115,6 +116,7 @@ enum Target {
     MaskedLm,
     SequenceClassification,
     TokenClassification,
+    QuestionAnswering,
 }
 
 impl Target {
@@ -143,7 +145,9 @@ impl Target {
                 .ignore(r"^cls\.seq_relationship\.")
                 .ignore(r"^(bert\.)?pooler\."),
             Self::SequenceClassification => map.ignore(r"^cls\."),
-            Self::TokenClassification => map.ignore(r"^cls\.").ignore(r"^(bert\.)?pooler\."),
+            Self::TokenClassification | Self::QuestionAnswering => {
+                map.ignore(r"^cls\.").ignore(r"^(bert\.)?pooler\.")
+            }
         }
     }
 }
@@ -256,6 +260,33 @@ impl BertForMaskedLm {
             dir.as_ref(),
             Target::MaskedLm,
         )
+    }
+}
+
+impl BertForQuestionAnswering {
+    /// Loads an HF `BertForQuestionAnswering` checkpoint folder.
+    ///
+    /// # Errors
+    /// As [`BertModel::from_pretrained`]; a checkpoint without `qa_outputs` has it
+    /// reported missing.
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = read_config(dir)?;
+        load(
+            Self::new(&cfg, device)?,
+            &cfg,
+            dir,
+            Target::QuestionAnswering,
+        )
+    }
+
+    /// Writes the model as an HF `BertForQuestionAnswering` checkpoint folder.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let target = Target::QuestionAnswering;
+        save(self, self.bert.config(), None, dir.as_ref(), target)
     }
 }
 

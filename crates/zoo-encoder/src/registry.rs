@@ -13,8 +13,8 @@ use zoo_core::registry::{
 };
 
 use crate::model::{
-    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
-    EncoderInput,
+    BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
+    BertForTokenClassification, BertModel, EncoderInput,
 };
 use crate::pretrained::{BERT, Layout};
 use crate::roberta;
@@ -23,9 +23,9 @@ use zoo_data::tokenizer::BertTokenizer;
 const INPUTS: &[&str] = &["input_ids", "attention_mask", "token_type_ids"];
 
 /// The rows of one member of the family: the bare encoder, the masked LM, the sequence
-/// classifier and the token classifier. The loaders are BERT's for every member: they
+/// classifier, the token classifier and the question-answering head. The loaders are BERT's for every member: they
 /// read `config.json`'s `model_type` and take its [`Layout`].
-const fn rows(layout: &'static Layout) -> [Architecture; 4] {
+const fn rows(layout: &'static Layout) -> [Architecture; 5] {
     const fn row(
         layout: &'static Layout,
         index: usize,
@@ -46,16 +46,17 @@ const fn rows(layout: &'static Layout) -> [Architecture; 4] {
         row(layout, 1, &[], load_masked_lm),
         row(layout, 2, &[Task::Classify], load_sequence_classifier),
         row(layout, 3, &[], load_token_classifier),
+        row(layout, 4, &[], load_question_answering),
     ]
 }
 
 /// Every architecture the family loads; the first of a `model_type` is what a
-/// `config.json` without `architectures` gets. RoBERTa's token classifier is left out
-/// until a fixture checks it.
+/// `config.json` without `architectures` gets. RoBERTa's token classifier and span head
+/// are left out until a fixture checks them.
 pub const ARCHITECTURES: &[Architecture] = &{
-    let [b0, b1, b2, b3] = rows(&BERT);
-    let [r0, r1, r2, _] = rows(&roberta::LAYOUT);
-    [b0, b1, b2, b3, r0, r1, r2]
+    let [b0, b1, b2, b3, b4] = rows(&BERT);
+    let [r0, r1, r2, _, _] = rows(&roberta::LAYOUT);
+    [b0, b1, b2, b3, b4, r0, r1, r2]
 };
 
 fn load_base(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
@@ -80,6 +81,10 @@ fn load_sequence_classifier(
 
 fn load_token_classifier(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
     boxed(BertForTokenClassification::from_pretrained(dir, device))
+}
+
+fn load_question_answering(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    boxed(BertForQuestionAnswering::from_pretrained(dir, device))
 }
 
 fn boxed<M: Pretrained + 'static>(
@@ -134,6 +139,22 @@ logits_head!(
     BertForSequenceClassification,
     BertForTokenClassification
 );
+
+/// HF's two outputs of a span head: `start_logits` and `end_logits`.
+impl Pretrained for BertForQuestionAnswering {
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let span = BertForQuestionAnswering::forward(self, encoder_input(input, device)?)
+            .map_err(ModelError::new)?;
+        Ok(vec![
+            named("start_logits", span.start)?,
+            named("end_logits", span.end)?,
+        ])
+    }
+}
 
 /// A sequence classifier (BERT's or RoBERTa's) with the folder its tokenizer is read
 /// from.

@@ -20,8 +20,8 @@
 //! | `classifier.out_proj` (sequence classifier) | `classifier` |
 
 use crate::model::{
-    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
-    PositionIds,
+    BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
+    BertForTokenClassification, BertModel, PositionIds,
 };
 use crate::pretrained::Layout;
 
@@ -33,6 +33,7 @@ pub const LAYOUT: Layout = Layout {
         "RobertaForMaskedLM",
         "RobertaForSequenceClassification",
         "RobertaForTokenClassification",
+        "RobertaForQuestionAnswering",
     ],
     dialect: &[
         ("roberta.", "bert."),
@@ -59,6 +60,8 @@ pub type RobertaForMaskedLm = BertForMaskedLm;
 pub type RobertaForSequenceClassification = BertForSequenceClassification;
 /// HF's `RobertaForTokenClassification`.
 pub type RobertaForTokenClassification = BertForTokenClassification;
+/// HF's `RobertaForQuestionAnswering`.
+pub type RobertaForQuestionAnswering = BertForQuestionAnswering;
 
 #[cfg(test)]
 mod tests {

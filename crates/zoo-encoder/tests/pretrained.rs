@@ -11,8 +11,8 @@ use zoo_core::{CheckpointError, KeyMap, TokenLogits, WeightsFile};
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_encoder::{
-    BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
-    EncoderError, EncoderInput,
+    BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
+    BertForTokenClassification, BertModel, EncoderError, EncoderInput,
 };
 use zoo_fixtures::Output;
 
@@ -28,6 +28,8 @@ struct Expected {
     last_hidden_state: Option<Output>,
     pooler_output: Option<Output>,
     logits: Option<Output>,
+    start_logits: Option<Output>,
+    end_logits: Option<Output>,
 }
 
 fn expected(name: &str) -> Expected {
@@ -219,6 +221,45 @@ fn sequence_classification_matches_transformers() {
     assert_matches("classification logits", logits, e.logits.as_ref().unwrap());
 }
 
+/// HF's token classifier over five NER tags: the logits of every token, padding
+/// included, as `transformers` computes them.
+#[test]
+fn token_classification_matches_transformers() {
+    let device = test_device();
+    let e = expected("bert-tiny-ner");
+    let model =
+        BertForTokenClassification::from_pretrained(fixture("bert-tiny-ner"), &device).unwrap();
+    assert_eq!(
+        model.bert.config().labels(),
+        ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    );
+    assert!(model.bert.pooler.is_none());
+    let logits = model.forward(input(&e, &device)).unwrap();
+    assert_matches("token logits", logits, e.logits.as_ref().unwrap());
+}
+
+/// The span head's start and end logits match `transformers`; with the two swapped they
+/// do not (a negative control: the split of `qa_outputs` is not symmetric).
+#[test]
+fn question_answering_matches_transformers() {
+    let device = test_device();
+    let e = expected("bert-tiny-qa");
+    let model =
+        BertForQuestionAnswering::from_pretrained(fixture("bert-tiny-qa"), &device).unwrap();
+    let span = model.forward(input(&e, &device)).unwrap();
+    let (start, end) = (e.start_logits.unwrap(), e.end_logits.unwrap());
+    assert_eq!(start.shape, [2, 11]);
+    let swapped = max_abs_diff_slices(&floats(span.end.clone()), &start.values);
+    assert!(swapped > 0.1, "start and end differ by only {swapped}");
+    assert_matches("start_logits", span.start, &start);
+    assert_matches("end_logits", span.end, &end);
+    // A checkpoint without the head has it reported missing, by name.
+    let e = BertForQuestionAnswering::from_pretrained(fixture("bert-tiny-cls"), &device)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qa_outputs"), "{e}");
+}
+
 #[test]
 fn a_head_checkpoint_loads_into_the_bare_model_without_its_head() {
     let device = test_device();
@@ -268,6 +309,24 @@ fn saving_writes_hf_layout_that_loads_back_bit_for_bit() {
             "bert-tiny-cls",
             Box::new(|dir: &Path, device: &Device| {
                 BertForSequenceClassification::from_pretrained(fixture("bert-tiny-cls"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+        (
+            "bert-tiny-ner",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForTokenClassification::from_pretrained(fixture("bert-tiny-ner"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+        (
+            "bert-tiny-qa",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForQuestionAnswering::from_pretrained(fixture("bert-tiny-qa"), device)
                     .unwrap()
                     .save_pretrained(dir)
                     .unwrap()

@@ -61,11 +61,25 @@ impl LmHead {
 }
 
 /// BERT's and ViT's pooler: `tanh(dense(h[:, 0]))`, the first token's state through a
-/// dense layer (HF `pooler.dense`).
+/// dense layer (HF `pooler.dense`); DistilBERT's sequence classifier takes a ReLU
+/// instead (its `pre_classifier`).
 #[derive(Module, Debug)]
 pub struct Pooler {
     /// `[d_model, d_pool]`
     pub dense: Linear,
+    /// The activation after `dense`.
+    #[module(skip)]
+    pub activation: PoolerActivation,
+}
+
+/// The activation of a [`Pooler`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PoolerActivation {
+    /// BERT's and ViT's.
+    #[default]
+    Tanh,
+    /// DistilBERT's.
+    Relu,
 }
 
 impl Pooler {
@@ -75,7 +89,14 @@ impl Pooler {
             dense: LinearConfig::new(d_model, d_pool)
                 .with_initializer(initializer)
                 .init(device),
+            activation: PoolerActivation::Tanh,
         }
+    }
+
+    /// The same pooler with another activation.
+    pub fn with_activation(mut self, activation: PoolerActivation) -> Self {
+        self.activation = activation;
+        self
     }
 
     /// Output width.
@@ -88,7 +109,11 @@ impl Pooler {
     pub fn forward(&self, h: Tensor<3>) -> Tensor<2> {
         let [b, _, d] = h.dims();
         let cls = h.slice([0..b, 0..1, 0..d]).reshape([b, d]);
-        self.dense.forward(cls).tanh()
+        let x = self.dense.forward(cls);
+        match self.activation {
+            PoolerActivation::Tanh => x.tanh(),
+            PoolerActivation::Relu => burn::tensor::activation::relu(x),
+        }
     }
 }
 

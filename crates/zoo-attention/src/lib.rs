@@ -47,7 +47,7 @@ pub use ffn::{
     FeedForward, FeedForwardConfig, FfnActivation, FusedGatedFfn, GateLayout, GatedFfn, HiddenAct,
     PlainFfn, Routing, SparseMoe, gelu_tanh, load_balancing_loss,
 };
-pub use head::{LmHead, Pooler, TiedHead};
+pub use head::{LmHead, Pooler, PoolerActivation, TiedHead};
 pub use mask::{Mask, Visibility};
 pub use mha::{
     AttentionInput, AttentionKernel, AttentionOutput, CrossAttention, FusedQkv, Heads,

@@ -39,20 +39,25 @@ pub struct BertConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Model width.
+    #[serde(alias = "dim")]
     pub hidden_size: usize,
     /// Encoder layers.
+    #[serde(alias = "n_layers")]
     pub num_hidden_layers: usize,
     /// Attention heads.
+    #[serde(alias = "n_heads")]
     pub num_attention_heads: usize,
     /// Feed-forward width.
+    #[serde(alias = "hidden_dim")]
     pub intermediate_size: usize,
     /// Feed-forward activation. Default: exact GELU.
     #[serde(default = "default_act")]
+    #[serde(alias = "activation")]
     pub hidden_act: HiddenAct,
     /// Longest input. Default: 512.
     #[serde(default = "default_max_positions")]
     pub max_position_embeddings: usize,
-    /// Token types (segments). Default: 2.
+    /// Token types (segments). Default: 2. 0 builds no token-type table (DistilBERT).
     #[serde(default = "default_type_vocab")]
     pub type_vocab_size: usize,
     /// LayerNorm epsilon. Default: 1e-12, BERT's.
@@ -60,9 +65,11 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
     /// Dropout on embeddings and sub-layer outputs while training. Default: 0.1.
     #[serde(default = "default_dropout")]
+    #[serde(alias = "dropout")]
     pub hidden_dropout_prob: f64,
     /// Dropout on the attention weights while training. Default: 0.1.
     #[serde(default = "default_dropout")]
+    #[serde(alias = "attention_dropout")]
     pub attention_probs_dropout_prob: f64,
     /// Padding id. Default: 0.
     #[serde(default)]
@@ -84,6 +91,11 @@ pub struct BertConfig {
 }
 
 impl BertConfig {
+    /// The activation of the pooler: tanh, or DistilBERT's ReLU.
+    pub fn pooler_act(&self) -> zoo_attention::PoolerActivation {
+        crate::pretrained::layout(self.model_type.as_deref()).pooler
+    }
+
     /// A configuration with BERT's defaults for everything but the sizes.
     pub fn new(
         vocab_size: usize,
@@ -146,7 +158,6 @@ impl BertConfig {
             ("num_attention_heads", self.num_attention_heads),
             ("intermediate_size", self.intermediate_size),
             ("max_position_embeddings", self.max_position_embeddings),
-            ("type_vocab_size", self.type_vocab_size),
         ])?;
         validate::transformer_fits(
             "the encoder's weights",

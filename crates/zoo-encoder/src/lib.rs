@@ -11,6 +11,8 @@
 //!   [`BertForSequenceClassification`], [`BertForTokenClassification`], and the span head
 //!   of extractive question answering, [`BertForQuestionAnswering`] (start and end
 //!   logits, [`SpanLogits`]);
+//! - [`distilbert`]: DistilBERT, BERT's modules without token types under its own
+//!   checkpoint and config names, its sequence classifier's ReLU (a [`pretrained::Layout`]);
 //! - [`roberta`]: RoBERTa, the same modules with positions after the padding id and its
 //!   own checkpoint names (a [`pretrained::Layout`]);
 //! - [`registry`]: the family's rows for `zoo-hub`'s `AutoModel`;
@@ -29,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod distilbert;
 mod error;
 pub mod mlm;
 pub mod model;

@@ -37,8 +37,8 @@ pub struct BertEmbeddings {
     pub word_embeddings: Embedding,
     /// `[max_position_embeddings, H]`
     pub position_embeddings: Embedding,
-    /// `[type_vocab_size, H]`
-    pub token_type_embeddings: Embedding,
+    /// `[type_vocab_size, H]`; none when `type_vocab_size` is 0 (DistilBERT).
+    pub token_type_embeddings: Option<Embedding>,
     /// LayerNorm after the sum.
     pub layer_norm: LayerNorm,
     /// Dropout after the norm.
@@ -257,12 +257,14 @@ impl BertConfig {
             embeddings: BertEmbeddings {
                 word_embeddings: embedding(self.vocab_size),
                 position_embeddings: embedding(self.max_position_embeddings),
-                token_type_embeddings: embedding(self.type_vocab_size),
+                token_type_embeddings: (self.type_vocab_size > 0)
+                    .then(|| embedding(self.type_vocab_size)),
                 layer_norm: layer_norm(self, device),
                 dropout: DropoutConfig::new(self.hidden_dropout_prob).init(),
             },
             layers,
-            pooler: with_pooler.then(|| Pooler::new(h, h, init(self), device)),
+            pooler: with_pooler
+                .then(|| Pooler::new(h, h, init(self), device).with_activation(self.pooler_act())),
             config: self.clone(),
         })
     }
@@ -327,6 +329,12 @@ impl BertModel {
             .named("max_position_embeddings")
             .check_tensor("sequence", &input.tokens, 0)?;
         if let Some(types) = &input.token_types {
+            if self.config.type_vocab_size == 0 {
+                return Err(EncoderError::Input(format!(
+                    "{} takes no token types (token_type_ids)",
+                    self.config.model_type.as_deref().unwrap_or("this model")
+                )));
+            }
             if types.dims() != [b, t] {
                 return Err(EncoderError::Input(format!(
                     "token types have shape {:?}, the tokens [{b}, {t}]",
@@ -378,12 +386,14 @@ impl BertModel {
         let device = input.tokens.device();
         let e = &self.embeddings;
         let positions = self.positions(&input.tokens);
-        let types = input
-            .token_types
-            .unwrap_or_else(|| Tensor::zeros([b, t], &device));
-        let x = e.word_embeddings.forward(input.tokens)
-            + e.position_embeddings.forward(positions)
-            + e.token_type_embeddings.forward(types);
+        let mut x =
+            e.word_embeddings.forward(input.tokens) + e.position_embeddings.forward(positions);
+        if let Some(table) = &e.token_type_embeddings {
+            let types = input
+                .token_types
+                .unwrap_or_else(|| Tensor::zeros([b, t], &device));
+            x = x + table.forward(types);
+        }
         let mut h = zoo_attention::dropout(&e.dropout, e.layer_norm.forward(x));
         let mut attentions = Vec::new();
         for layer in &self.layers {
@@ -557,7 +567,8 @@ impl BertForSequenceClassification {
         let (dropout, classifier) = classifier_head(&cfg, num_labels, device)?;
         if bert.pooler.is_none() {
             let h = cfg.hidden_size;
-            bert.pooler = Some(Pooler::new(h, h, init(&cfg), device));
+            bert.pooler =
+                Some(Pooler::new(h, h, init(&cfg), device).with_activation(cfg.pooler_act()));
         }
         Ok(Self {
             bert,
@@ -766,7 +777,10 @@ mod tests {
         let mut h = e.layer_norm.forward(
             e.word_embeddings.forward(ids(&[&[2, 7, 9, 1]]))
                 + e.position_embeddings.forward(pos)
-                + e.token_type_embeddings.forward(Tensor::zeros([1, 4], &dev)),
+                + e.token_type_embeddings
+                    .as_ref()
+                    .unwrap()
+                    .forward(Tensor::zeros([1, 4], &dev)),
         );
         for l in &m.layers {
             let a = l

@@ -16,6 +16,9 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::tensor::Device;
+use serde_json::Value;
+use zoo_attention::PoolerActivation;
+use zoo_core::CheckpointError;
 use zoo_core::checkpoint::{self, KeyMap, WeightsFile};
 
 use crate::config::BertConfig;
@@ -39,6 +42,21 @@ pub struct Layout {
     pub sequence_classifier: &'static [(&'static str, &'static str)],
     /// Where its position ids start.
     pub positions: PositionIds,
+    /// Its layers' names under `bert.` (after the dialect): BERT's [`NAMES`] unless it
+    /// names the parts of a layer otherwise.
+    pub names: &'static [(&'static str, &'static str)],
+    /// `(its config.json name, BERT's)` where they differ: read as BERT's, written back
+    /// as its own.
+    pub config_names: &'static [(&'static str, &'static str)],
+    /// Whether it has token types (`token_type_ids`); without, its config gets
+    /// `type_vocab_size` 0 and the model no token-type table.
+    pub token_types: bool,
+    /// BERT's config fields it has no use for (their values are fixed for it), left out
+    /// when its config is written.
+    pub config_unused: &'static [&'static str],
+    /// The activation of the pooler (or the sequence classifier's dense layer on the
+    /// first token).
+    pub pooler: PoolerActivation,
 }
 
 /// BERT's own layout (Devlin et al., 2019; HF `models/bert/modeling_bert.py`).
@@ -54,18 +72,23 @@ pub const BERT: Layout = Layout {
     dialect: &[],
     sequence_classifier: &[],
     positions: PositionIds::FromZero,
+    names: &NAMES,
+    config_names: &[],
+    token_types: true,
+    config_unused: &[],
+    pooler: PoolerActivation::Tanh,
 };
 
 /// The layout of a `config.json`'s `model_type`: BERT's unless another member's.
 pub fn layout(model_type: Option<&str>) -> &'static Layout {
-    [&crate::roberta::LAYOUT]
+    [&crate::roberta::LAYOUT, &crate::distilbert::LAYOUT]
         .into_iter()
         .find(|l| Some(l.model_type) == model_type)
         .unwrap_or(&BERT)
 }
 
 /// BERT's names of the base model and module paths, the same bare or under `bert.`.
-const NAMES: [(&str, &str); 9] = [
+pub const NAMES: [(&str, &str); 9] = [
     ("embeddings.LayerNorm.", "embeddings.layer_norm."),
     (
         "encoder.layer.{n}.attention.self.query.",
@@ -135,9 +158,13 @@ impl Target {
         let (map, under) =
             map.ignore(r"(^|\.)position_ids$")
                 .base_model("bert.", self != Self::Base, &roots);
-        let map = map.names_under(&under, &NAMES);
+        let map = map.names_under(&under, layout.names);
         match self {
-            Self::Base => map.ignore(r"^cls\.").ignore(r"^classifier\."),
+            Self::Base => map
+                .ignore(r"^cls\.")
+                .ignore(r"^classifier\.")
+                .ignore(r"^pre_classifier\.")
+                .ignore(r"^qa_outputs\."),
             Self::MaskedLm => map
                 .names(&MLM_NAMES)
                 // The decoder is tied to the word embeddings; NSP is another task.
@@ -152,9 +179,57 @@ impl Target {
     }
 }
 
-/// `dir/config.json`, validated, with the file named in any error.
+/// `dir/config.json` in BERT's names (its layout's [`Layout::config_names`] renamed),
+/// validated, with the file named in any error.
 fn read_config(dir: &Path) -> Result<BertConfig> {
-    Ok(checkpoint::read_valid_config(dir, BertConfig::validate)?)
+    let path = dir.join("config.json");
+    let bad = |message: String| CheckpointError::Config {
+        path: path.clone(),
+        message,
+    };
+    let mut json: Value = checkpoint::read_config(dir)?;
+    let layout = layout(json.get("model_type").and_then(Value::as_str));
+    if let Some(map) = json.as_object_mut() {
+        for (theirs, ours) in layout.config_names {
+            if let Some(v) = map.remove(*theirs) {
+                map.entry(*ours).or_insert(v);
+            }
+        }
+        if !layout.token_types {
+            map.insert("type_vocab_size".into(), 0.into());
+        }
+        if map.get("sinusoidal_pos_embds") == Some(&Value::Bool(true)) {
+            return Err(bad(
+                "sinusoidal_pos_embds: true (fixed sinusoidal positions) is not supported; \
+                 only learned position embeddings load"
+                    .into(),
+            )
+            .into());
+        }
+    }
+    let cfg: BertConfig = serde_json::from_value(json).map_err(|e| bad(e.to_string()))?;
+    cfg.validate().map_err(|e| bad(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// The config as its layout writes it: BERT's names renamed back to its own, without
+/// the fields it has no use for.
+fn config_json(cfg: &BertConfig, layout: &Layout) -> Result<Value> {
+    let mut json = serde_json::to_value(cfg).map_err(|e| CheckpointError::Config {
+        path: "config.json".into(),
+        message: e.to_string(),
+    })?;
+    if let Some(map) = json.as_object_mut() {
+        for (theirs, ours) in layout.config_names {
+            if let Some(v) = map.remove(*ours) {
+                map.insert((*theirs).to_string(), v);
+            }
+        }
+        for unused in layout.config_unused {
+            map.remove(*unused);
+        }
+    }
+    Ok(json)
 }
 
 /// A classification head model sized by the checkpoint's `id2label`, then loaded.
@@ -192,7 +267,8 @@ fn save<M: Module>(
     }
     let layout = layout(cfg.model_type.as_deref());
     let (map, arch) = (target.key_map(layout), target.architecture(layout));
-    checkpoint::save_pretrained(model, dir, &map, &cfg, layout.model_type, arch)?;
+    let json = config_json(&cfg, layout)?;
+    checkpoint::save_pretrained(model, dir, &map, &json, layout.model_type, arch)?;
     Ok(())
 }
 

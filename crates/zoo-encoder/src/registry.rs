@@ -17,10 +17,12 @@ use crate::model::{
     BertForTokenClassification, BertModel, EncoderInput,
 };
 use crate::pretrained::{BERT, Layout};
-use crate::roberta;
+use crate::{distilbert, roberta};
 use zoo_data::tokenizer::BertTokenizer;
 
 const INPUTS: &[&str] = &["input_ids", "attention_mask", "token_type_ids"];
+/// A member without token types takes no `token_type_ids` (HF's DistilBERT).
+const INPUTS_WITHOUT_TYPES: &[&str] = &["input_ids", "attention_mask"];
 
 /// The rows of one member of the family: the bare encoder, the masked LM, the sequence
 /// classifier, the token classifier and the question-answering head. The loaders are BERT's for every member: they
@@ -35,7 +37,11 @@ const fn rows(layout: &'static Layout) -> [Architecture; 5] {
         Architecture {
             model_type: layout.model_type,
             name: layout.architectures[index],
-            inputs: INPUTS,
+            inputs: if layout.token_types {
+                INPUTS
+            } else {
+                INPUTS_WITHOUT_TYPES
+            },
             tasks,
             load,
             load_adapted: None,
@@ -56,7 +62,8 @@ const fn rows(layout: &'static Layout) -> [Architecture; 5] {
 pub const ARCHITECTURES: &[Architecture] = &{
     let [b0, b1, b2, b3, b4] = rows(&BERT);
     let [r0, r1, r2, _, _] = rows(&roberta::LAYOUT);
-    [b0, b1, b2, b3, b4, r0, r1, r2]
+    let [d0, d1, d2, d3, d4] = rows(&distilbert::LAYOUT);
+    [b0, b1, b2, b3, b4, r0, r1, r2, d0, d1, d2, d3, d4]
 };
 
 fn load_base(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
@@ -196,10 +203,11 @@ impl Classifier for TextClassifier {
         let tokenizer =
             BertTokenizer::from_pretrained(&self.dir, bert.max_len()).map_err(ModelError::new)?;
         let batch = tokenizer.encode_batch(&[text]).map_err(ModelError::new)?;
-        let logits = self
-            .model
-            .forward(EncoderInput::from_batch(&batch, device))
-            .map_err(ModelError::new)?;
+        let mut input = EncoderInput::from_batch(&batch, device);
+        if bert.config().type_vocab_size == 0 {
+            input.token_types = None; // DistilBERT has none
+        }
+        let logits = self.model.forward(input).map_err(ModelError::new)?;
         Ok(Classes {
             logits,
             labels: bert.config().labels(),

@@ -50,6 +50,11 @@ pub const LAYOUT: Layout = Layout {
         ("classifier.out_proj.", "classifier."),
     ],
     positions: PositionIds::AfterPadding,
+    names: &crate::pretrained::NAMES,
+    config_names: &[],
+    token_types: true,
+    config_unused: &[],
+    pooler: zoo_attention::PoolerActivation::Tanh,
 };
 
 /// HF's `RobertaModel`: the encoder, with its pooler when the checkpoint has one.

@@ -23,7 +23,7 @@ fn fixture(name: &str) -> PathBuf {
 #[derive(Deserialize)]
 struct Expected {
     input_ids: Vec<Vec<i64>>,
-    token_type_ids: Vec<Vec<i64>>,
+    token_type_ids: Option<Vec<Vec<i64>>>,
     attention_mask: Vec<Vec<i64>>,
     last_hidden_state: Option<Output>,
     pooler_output: Option<Output>,
@@ -45,12 +45,13 @@ fn ints(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
 fn input(e: &Expected, device: &Device) -> EncoderInput {
     let pad: Vec<bool> = e.attention_mask.concat().iter().map(|m| *m == 0).collect();
     let (b, t) = (e.input_ids.len(), e.input_ids[0].len());
-    EncoderInput::new(ints(&e.input_ids, device))
-        .token_types(ints(&e.token_type_ids, device))
-        .padding(Tensor::<2, Bool>::from_data(
-            TensorData::new(pad, [b, t]),
-            device,
-        ))
+    let mut x = EncoderInput::new(ints(&e.input_ids, device)).padding(
+        Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, t]), device),
+    );
+    if let Some(types) = &e.token_type_ids {
+        x = x.token_types(ints(types, device));
+    }
+    x
 }
 
 fn assert_matches<const D: usize>(what: &str, got: Tensor<D>, want: &Output) {
@@ -260,6 +261,109 @@ fn question_answering_matches_transformers() {
     assert!(e.contains("qa_outputs"), "{e}");
 }
 
+/// DistilBERT through BERT's modules: its five classes match `transformers` within 1e-4
+/// (hidden states, MLM, sequence, token and span logits); its sequence classifier's
+/// ReLU matters (with BERT's tanh the logits differ), and it takes no token types.
+#[test]
+fn distilbert_and_its_heads_match_transformers() {
+    use zoo_attention::PoolerActivation;
+    let device = test_device();
+    let e = expected("distilbert-tiny");
+    let base = BertModel::from_pretrained(fixture("distilbert-tiny"), &device).unwrap();
+    assert!(base.pooler.is_none() && base.embeddings.token_type_embeddings.is_none());
+    let out = base.forward(input(&e, &device)).unwrap();
+    assert_matches(
+        "last_hidden_state",
+        out.hidden,
+        e.last_hidden_state.as_ref().unwrap(),
+    );
+    let typed = input(&e, &device).token_types(ints(&[vec![0; 11], vec![0; 11]], &device));
+    let err = base.forward(typed).unwrap_err().to_string();
+    assert_eq!(err, "distilbert takes no token types (token_type_ids)");
+
+    let e = expected("distilbert-tiny-mlm");
+    let mlm = BertForMaskedLm::from_pretrained(fixture("distilbert-tiny-mlm"), &device).unwrap();
+    assert_matches(
+        "MLM logits",
+        mlm.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+
+    let e = expected("distilbert-tiny-cls");
+    let mut cls =
+        BertForSequenceClassification::from_pretrained(fixture("distilbert-tiny-cls"), &device)
+            .unwrap();
+    assert_eq!(cls.bert.config().labels(), ["NEGATIVE", "POSITIVE"]);
+    let want = e.logits.as_ref().unwrap();
+    assert_matches(
+        "classification logits",
+        cls.forward(input(&e, &device)).unwrap(),
+        want,
+    );
+    cls.bert.pooler.as_mut().unwrap().activation = PoolerActivation::Tanh;
+    let tanh = floats(cls.forward(input(&e, &device)).unwrap());
+    let diff = max_abs_diff_slices(&tanh, &want.values);
+    assert!(
+        diff > 1e-2,
+        "tanh instead of ReLU changes the logits by only {diff}"
+    );
+
+    let e = expected("distilbert-tiny-ner");
+    let ner = BertForTokenClassification::from_pretrained(fixture("distilbert-tiny-ner"), &device)
+        .unwrap();
+    assert_matches(
+        "token logits",
+        ner.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+
+    let e = expected("distilbert-tiny-qa");
+    let qa =
+        BertForQuestionAnswering::from_pretrained(fixture("distilbert-tiny-qa"), &device).unwrap();
+    let span = qa.forward(input(&e, &device)).unwrap();
+    assert_matches("start_logits", span.start, e.start_logits.as_ref().unwrap());
+    assert_matches("end_logits", span.end, e.end_logits.as_ref().unwrap());
+}
+
+/// DistilBERT's config names, read and written back: a saved folder's config has
+/// `dim`, `n_layers`, `hidden_dim`... and no BERT names or `type_vocab_size`, and fixed
+/// sinusoidal positions are refused by name.
+#[test]
+fn distilbert_config_names_round_trip() {
+    let device = test_device();
+    let dir = tempdir("distilbert-config");
+    BertForSequenceClassification::from_pretrained(fixture("distilbert-tiny-cls"), &device)
+        .unwrap()
+        .save_pretrained(&dir)
+        .unwrap();
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    for (key, value) in [
+        ("dim", 40),
+        ("n_layers", 2),
+        ("n_heads", 5),
+        ("hidden_dim", 56),
+    ] {
+        assert_eq!(saved[key], value, "{key}");
+    }
+    assert_eq!(saved["activation"], "gelu");
+    for bert_name in [
+        "hidden_size",
+        "num_hidden_layers",
+        "intermediate_size",
+        "type_vocab_size",
+    ] {
+        assert!(saved.get(bert_name).is_none(), "{bert_name} in {saved}");
+    }
+    let mut config = saved.clone();
+    config["sinusoidal_pos_embds"] = true.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let e = BertModel::from_pretrained(&dir, &device)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sinusoidal_pos_embds: true"), "{e}");
+}
+
 #[test]
 fn a_head_checkpoint_loads_into_the_bare_model_without_its_head() {
     let device = test_device();
@@ -327,6 +431,45 @@ fn saving_writes_hf_layout_that_loads_back_bit_for_bit() {
             "bert-tiny-qa",
             Box::new(|dir: &Path, device: &Device| {
                 BertForQuestionAnswering::from_pretrained(fixture("bert-tiny-qa"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+        (
+            "distilbert-tiny",
+            Box::new(|dir: &Path, device: &Device| {
+                BertModel::from_pretrained(fixture("distilbert-tiny"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+        (
+            "distilbert-tiny-mlm",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForMaskedLm::from_pretrained(fixture("distilbert-tiny-mlm"), device)
+                    .unwrap()
+                    .save_pretrained(dir)
+                    .unwrap()
+            }),
+        ),
+        (
+            "distilbert-tiny-cls",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForSequenceClassification::from_pretrained(
+                    fixture("distilbert-tiny-cls"),
+                    device,
+                )
+                .unwrap()
+                .save_pretrained(dir)
+                .unwrap()
+            }),
+        ),
+        (
+            "distilbert-tiny-qa",
+            Box::new(|dir: &Path, device: &Device| {
+                BertForQuestionAnswering::from_pretrained(fixture("distilbert-tiny-qa"), device)
                     .unwrap()
                     .save_pretrained(dir)
                     .unwrap()

@@ -152,6 +152,7 @@ fn forward_matches_transformers_for_every_family() {
         ("bert-tiny-qa", span),
         ("roberta-tiny-cls", logits),
         ("roberta-tiny-mlm", logits),
+        ("xlm-roberta-tiny-cls", logits),
         ("distilbert-tiny-cls", logits),
         ("distilbert-tiny-qa", span),
     ] {
@@ -1155,7 +1156,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, distilbert, vit, t5, marian",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, t5, marian",
         ),
         ("info --model {tmp}/bart", "unknown model_type \"bart\""),
         (
@@ -1299,6 +1300,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "classify --model {gpt2} --text hello",
             "classify needs BertForSequenceClassification, RobertaForSequenceClassification, \
+             XLMRobertaForSequenceClassification, \
              DistilBertForSequenceClassification or ViTForImageClassification",
         ),
         (

@@ -81,10 +81,14 @@ pub const BERT: Layout = Layout {
 
 /// The layout of a `config.json`'s `model_type`: BERT's unless another member's.
 pub fn layout(model_type: Option<&str>) -> &'static Layout {
-    [&crate::roberta::LAYOUT, &crate::distilbert::LAYOUT]
-        .into_iter()
-        .find(|l| Some(l.model_type) == model_type)
-        .unwrap_or(&BERT)
+    [
+        &crate::roberta::LAYOUT,
+        &crate::roberta::XLM_LAYOUT,
+        &crate::distilbert::LAYOUT,
+    ]
+    .into_iter()
+    .find(|l| Some(l.model_type) == model_type)
+    .unwrap_or(&BERT)
 }
 
 /// BERT's names of the base model and module paths, the same bare or under `bert.`.

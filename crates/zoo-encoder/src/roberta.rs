@@ -57,6 +57,22 @@ pub const LAYOUT: Layout = Layout {
     pooler: zoo_attention::PoolerActivation::Tanh,
 };
 
+/// XLM-RoBERTa (Conneau et al., 2020, "Unsupervised Cross-lingual Representation
+/// Learning at Scale"): RoBERTa's modules and names (`roberta.…`) under HF's
+/// `XLMRoberta*` classes and `model_type` `xlm-roberta`. Its tokenizer is SentencePiece's
+/// Unigram model, which the folder's `tokenizer.json` holds.
+pub const XLM_LAYOUT: Layout = Layout {
+    model_type: "xlm-roberta",
+    architectures: [
+        "XLMRobertaModel",
+        "XLMRobertaForMaskedLM",
+        "XLMRobertaForSequenceClassification",
+        "XLMRobertaForTokenClassification",
+        "XLMRobertaForQuestionAnswering",
+    ],
+    ..LAYOUT
+};
+
 /// HF's `RobertaModel`: the encoder, with its pooler when the checkpoint has one.
 pub type RobertaModel = BertModel;
 /// HF's `RobertaForMaskedLM`.

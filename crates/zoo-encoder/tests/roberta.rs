@@ -194,3 +194,64 @@ fn a_roberta_checkpoint_that_does_not_fit_names_tensors_as_roberta_does() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// XLM-RoBERTa: RoBERTa's modules under its own classes and `model_type`. The base model
+/// (with its pooler) and the sequence classifier match `transformers` within 1e-4; its
+/// SentencePiece-style Unigram tokenizer (Metaspace, `<mask>` last) gives Python's ids;
+/// and a saved folder keeps `xlm-roberta` with the same tensors, bit for bit.
+#[test]
+fn xlm_roberta_matches_transformers_and_its_tokenizer_python() {
+    let device = test_device();
+    let e = expected("xlm-roberta-tiny");
+    let model = RobertaModel::from_pretrained(fixture("xlm-roberta-tiny"), &device).unwrap();
+    assert_eq!(model.position_ids(), PositionIds::AfterPadding);
+    let out = model.forward(input(&e, &device)).unwrap();
+    let d = diff(out.hidden, e.last_hidden_state.as_ref().unwrap());
+    assert!(d <= 1e-4, "last_hidden_state: {d}");
+    let d = diff(out.pooled.unwrap(), e.pooler_output.as_ref().unwrap());
+    assert!(d <= 1e-4, "pooler_output: {d}");
+
+    let tok = BertTokenizer::from_pretrained(fixture("xlm-roberta-tiny"), 30).unwrap();
+    assert_eq!(tok.pad_id(), 1);
+    assert_eq!(
+        tok.mask_id() as usize,
+        tok.vocab_size() - 1,
+        "<mask> is the last id"
+    );
+    for s in &e.tokenizer {
+        assert_eq!(tok.encode(&s.text).unwrap().ids, s.ids, "{:?}", s.text);
+    }
+    let texts: Vec<&str> = e.texts.iter().map(String::as_str).collect();
+    let ids: Vec<Vec<i64>> = tok
+        .encode_batch(&texts)
+        .unwrap()
+        .ids
+        .iter()
+        .map(|r| r.iter().map(|&x| i64::from(x)).collect())
+        .collect();
+    assert_eq!(ids, e.input_ids);
+
+    let src = fixture("xlm-roberta-tiny-cls");
+    let e = expected("xlm-roberta-tiny-cls");
+    let cls = RobertaForSequenceClassification::from_pretrained(&src, &device).unwrap();
+    assert_eq!(
+        cls.bert.config().labels(),
+        ["negative", "neutral", "positive"]
+    );
+    let d = diff(
+        cls.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+    assert!(d <= 1e-4, "sequence classification: {d}");
+    let out = tempdir("xlm-roberta-save");
+    cls.save_pretrained(&out).unwrap();
+    let contents = |dir: &Path| WeightsFile::find(dir).unwrap().contents().unwrap();
+    assert_eq!(contents(&out), contents(&src));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["model_type"], "xlm-roberta");
+    assert_eq!(
+        cfg["architectures"][0],
+        "XLMRobertaForSequenceClassification"
+    );
+}

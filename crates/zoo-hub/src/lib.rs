@@ -338,7 +338,7 @@ mod tests {
     fn every_family_contributes_its_rows() {
         assert_eq!(
             model_types(None).join(", "),
-            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, distilbert, vit, t5, marian"
+            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, t5, marian"
         );
         assert_eq!(
             model_types(Some(Task::Generate)).join(", "),
@@ -348,7 +348,8 @@ mod tests {
         assert_eq!(
             architecture_names(Task::Classify).join(", "),
             "BertForSequenceClassification, RobertaForSequenceClassification, \
-             DistilBertForSequenceClassification, ViTForImageClassification"
+             XLMRobertaForSequenceClassification, DistilBertForSequenceClassification, \
+             ViTForImageClassification"
         );
         // No architecture is registered twice.
         let names: Vec<&str> = architectures().map(|a| a.name).collect();

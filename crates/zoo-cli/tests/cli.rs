@@ -152,6 +152,7 @@ fn forward_matches_transformers_for_every_family() {
         ("bert-tiny-qa", span),
         ("roberta-tiny-cls", logits),
         ("roberta-tiny-mlm", logits),
+        ("roberta-tiny-qa", span),
         ("xlm-roberta-tiny-cls", logits),
         ("distilbert-tiny-cls", logits),
         ("distilbert-tiny-qa", span),

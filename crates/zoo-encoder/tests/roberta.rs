@@ -12,7 +12,10 @@ use serde::Deserialize;
 use zoo_core::WeightsFile;
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
-use zoo_encoder::roberta::{RobertaForMaskedLm, RobertaForSequenceClassification, RobertaModel};
+use zoo_encoder::roberta::{
+    RobertaForMaskedLm, RobertaForQuestionAnswering, RobertaForSequenceClassification,
+    RobertaForTokenClassification, RobertaModel,
+};
 use zoo_encoder::{BertTokenizer, EncoderInput, PositionIds};
 use zoo_fixtures::Output;
 
@@ -35,6 +38,8 @@ struct Expected {
     last_hidden_state: Option<Output>,
     pooler_output: Option<Output>,
     logits: Option<Output>,
+    start_logits: Option<Output>,
+    end_logits: Option<Output>,
 }
 
 fn tempdir(name: &str) -> PathBuf {
@@ -254,4 +259,38 @@ fn xlm_roberta_matches_transformers_and_its_tokenizer_python() {
         cfg["architectures"][0],
         "XLMRobertaForSequenceClassification"
     );
+}
+
+/// RoBERTa's token classifier and span head (the class of deepset/roberta-base-squad2),
+/// and XLM-RoBERTa's masked LM, match `transformers` within 1e-4.
+#[test]
+fn roberta_token_and_span_heads_and_xlm_roberta_mlm_match_transformers() {
+    let device = test_device();
+    let e = expected("roberta-tiny-ner");
+    let ner = RobertaForTokenClassification::from_pretrained(fixture("roberta-tiny-ner"), &device)
+        .unwrap();
+    assert_eq!(ner.bert.config().labels()[1], "B-PER");
+    let d = diff(
+        ner.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+    assert!(d <= 1e-4, "token classification: {d}");
+
+    let e = expected("roberta-tiny-qa");
+    let qa =
+        RobertaForQuestionAnswering::from_pretrained(fixture("roberta-tiny-qa"), &device).unwrap();
+    let span = qa.forward(input(&e, &device)).unwrap();
+    let d = diff(span.start, e.start_logits.as_ref().unwrap());
+    assert!(d <= 1e-4, "start_logits: {d}");
+    let d = diff(span.end, e.end_logits.as_ref().unwrap());
+    assert!(d <= 1e-4, "end_logits: {d}");
+
+    let e = expected("xlm-roberta-tiny-mlm");
+    let mlm =
+        RobertaForMaskedLm::from_pretrained(fixture("xlm-roberta-tiny-mlm"), &device).unwrap();
+    let d = diff(
+        mlm.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+    assert!(d <= 1e-4, "XLM-R masked LM: {d}");
 }

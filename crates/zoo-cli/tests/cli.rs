@@ -219,6 +219,17 @@ fn forward_matches_transformers_for_every_family() {
         json!({"pixel_values": nest(&e["pixel_values_other"]), "interpolate_pos_encoding": true}),
         &[("logits", "logits_other")],
     );
+    let deit = fixture("zoo-vision", "deit-tiny-distilled");
+    let e = read_json(&deit.join("expected.json"));
+    check_forward(
+        &deit,
+        json!({"pixel_values": nest(&e["pixel_values"])}),
+        &[
+            ("logits", "logits"),
+            ("cls_logits", "cls_logits"),
+            ("distillation_logits", "distillation_logits"),
+        ],
+    );
 }
 
 /// A copy of a decoder fixture's config, weights and tokenizer in a fresh folder, to add
@@ -1157,7 +1168,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, t5, marian",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian",
         ),
         ("info --model {tmp}/bart", "unknown model_type \"bart\""),
         (
@@ -1302,7 +1313,8 @@ fn bad_input_is_one_line_naming_the_problem() {
             "classify --model {gpt2} --text hello",
             "classify needs BertForSequenceClassification, RobertaForSequenceClassification, \
              XLMRobertaForSequenceClassification, \
-             DistilBertForSequenceClassification or ViTForImageClassification",
+             DistilBertForSequenceClassification, ViTForImageClassification or \
+             DeiTForImageClassificationWithTeacher",
         ),
         (
             "classify --model {vit-cls} --text hello",

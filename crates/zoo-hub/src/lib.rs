@@ -338,7 +338,7 @@ mod tests {
     fn every_family_contributes_its_rows() {
         assert_eq!(
             model_types(None).join(", "),
-            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, t5, marian"
+            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian"
         );
         assert_eq!(
             model_types(Some(Task::Generate)).join(", "),
@@ -349,7 +349,7 @@ mod tests {
             architecture_names(Task::Classify).join(", "),
             "BertForSequenceClassification, RobertaForSequenceClassification, \
              XLMRobertaForSequenceClassification, DistilBertForSequenceClassification, \
-             ViTForImageClassification"
+             ViTForImageClassification, DeiTForImageClassificationWithTeacher"
         );
         // No architecture is registered twice.
         let names: Vec<&str> = architectures().map(|a| a.name).collect();

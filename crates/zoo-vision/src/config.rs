@@ -162,6 +162,18 @@ impl ViTConfig {
     }
 
     /// Patches along each side of a trained-size image.
+    /// Whether it is DeiT's (`model_type` `deit`): a distillation token follows the CLS
+    /// token.
+    pub fn distilled(&self) -> bool {
+        self.model_type.as_deref() == Some("deit")
+    }
+
+    /// The tokens before the patches: CLS, and DeiT's distillation token.
+    pub fn prefix_tokens(&self) -> usize {
+        1 + usize::from(self.distilled())
+    }
+
+    /// Patches per side at the trained image size.
     pub fn grid(&self) -> usize {
         self.image_size / self.patch_size
     }
@@ -206,7 +218,9 @@ impl ViTConfig {
             self.intermediate_size,
             self.hidden_size,
         )?;
-        validate::model_type(self.model_type.as_deref(), "vit", "ViT")?;
+        if !self.distilled() {
+            validate::model_type(self.model_type.as_deref(), "vit", "ViT")?;
+        }
         validate::divisible(
             ("hidden_size", self.hidden_size),
             ("num_attention_heads", self.num_attention_heads),

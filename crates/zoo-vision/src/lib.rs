@@ -12,6 +12,9 @@
 //! - [`ViTForImageClassification`]: a linear head on the CLS token, or on the mean patch
 //!   token ([`Pooling`]), implementing [`zoo_core::ClassLogits`] so that `zoo-train`
 //!   trains it;
+//! - DeiT (`model_type` `deit`): the same modules with a distillation token after the
+//!   CLS token, under `deit.`; [`DeiTForImageClassificationWithTeacher`] averages a head
+//!   on each of the two tokens;
 //! - [`attention_rollout`]: where the CLS token's answer comes from, per input patch;
 //! - [`image`]: PNG and JPEG files to `[B, C, H, W]` pixel values as HF's image processor
 //!   prepares them (`preprocessor_config.json`);
@@ -30,6 +33,6 @@ pub use config::{Pooling, ViTConfig};
 pub use error::{Result, VisionError};
 pub use image::{ImageProcessor, Resample};
 pub use model::{
-    ImageInput, PatchEmbeddings, ViTEmbeddings, ViTForImageClassification, ViTModel, ViTOutput,
-    attention_rollout,
+    DeiTForImageClassificationWithTeacher, DistilledLogits, ImageInput, PatchEmbeddings,
+    ViTEmbeddings, ViTForImageClassification, ViTModel, ViTOutput, attention_rollout,
 };

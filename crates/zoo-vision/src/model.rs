@@ -47,7 +47,10 @@ impl PatchEmbeddings {
 pub struct ViTEmbeddings {
     /// `[1, 1, D]` the learned CLS token.
     pub cls_token: Param<Tensor<3>>,
-    /// `[1, 1 + G², D]` learned positions: the CLS token's, then a `G × G` grid.
+    /// `[1, 1, D]` DeiT's learned distillation token, after the CLS token.
+    pub distillation_token: Option<Param<Tensor<3>>>,
+    /// `[1, P + G², D]` learned positions: the `P` prefix tokens' (CLS, and DeiT's
+    /// distillation token), then a `G × G` grid.
     pub position_embeddings: Param<Tensor<3>>,
     /// The patch projection.
     pub patch_embeddings: PatchEmbeddings,
@@ -148,8 +151,10 @@ impl ViTConfig {
     pub fn num_params(&self, with_pooler: bool) -> usize {
         let d = self.hidden_size;
         let p = self.patch_size;
-        let positions = 1 + self.grid() * self.grid();
-        d + positions * d
+        let prefix = self.prefix_tokens();
+        let positions = prefix + self.grid() * self.grid();
+        prefix * d
+            + positions * d
             + self.num_channels * p * p * d
             + d
             + self.num_hidden_layers * self.block().num_params()
@@ -169,11 +174,12 @@ impl ViTConfig {
         let layers = (0..self.num_hidden_layers)
             .map(|_| block.init(device))
             .collect::<zoo_attention::Result<Vec<_>>>()?;
-        let positions = 1 + self.grid() * self.grid();
+        let positions = self.prefix_tokens() + self.grid() * self.grid();
         let table = |shape: [usize; 3]| init(self).init::<3, _>(shape, device);
         Ok(ViTModel {
             embeddings: ViTEmbeddings {
                 cls_token: table([1, 1, d]),
+                distillation_token: self.distilled().then(|| table([1, 1, d])),
                 position_embeddings: table([1, positions, d]),
                 patch_embeddings: PatchEmbeddings {
                     projection: Conv2dConfig::new([self.num_channels, d], [p, p])
@@ -200,11 +206,12 @@ impl ViTModel {
     }
 
     /// The position table for a `gh × gw` patch grid: the trained one, or its patch part
-    /// resampled bicubically with the CLS position kept (HF's `interpolate_pos_encoding`,
-    /// which also returns the table unchanged for a square grid of the trained size).
+    /// resampled bicubically with the prefix tokens' positions kept (HF's
+    /// `interpolate_pos_encoding`, which also returns the table unchanged for a square
+    /// grid of the trained size).
     ///
     /// # Shapes
-    /// - returns `[1, 1 + gh·gw, D]`
+    /// - returns `[1, P + gh·gw, D]`, `P` the prefix tokens
     pub fn positions(&self, gh: usize, gw: usize) -> Tensor<3> {
         let table = self.embeddings.position_embeddings.val();
         let g = self.config.grid();
@@ -213,8 +220,9 @@ impl ViTModel {
         }
         let d = self.config.hidden_size;
         let device = table.device();
-        let cls = table.clone().narrow(1, 0, 1); // [1, 1, D]
-        let grid = table.narrow(1, 1, g * g).reshape([g, g * d]); // [G, G·D]
+        let prefix = self.config.prefix_tokens();
+        let cls = table.clone().narrow(1, 0, prefix); // [1, P, D]
+        let grid = table.narrow(1, prefix, g * g).reshape([g, g * d]); // [G, G·D]
         let wh = Tensor::<2>::from_data(TensorData::new(bicubic_matrix(g, gh), [gh, g]), &device);
         let rows = wh.matmul(grid).reshape([gh, g, d]); // [gh, G, D]
         let ww = Tensor::<2>::from_data(TensorData::new(bicubic_matrix(g, gw), [gw, g]), &device)
@@ -252,8 +260,12 @@ impl ViTModel {
         let e = &self.embeddings;
         let d = cfg.hidden_size;
         let patches = e.patch_embeddings.forward(pixels); // [B, N, D]
-        let cls = e.cls_token.val().expand([b, 1, d]); // [B, 1, D]
-        let x = Tensor::cat(vec![cls, patches], 1) + self.positions(h / p, w / p);
+        let mut tokens = vec![e.cls_token.val().expand([b, 1, d])]; // [B, 1, D]
+        if let Some(dist) = &e.distillation_token {
+            tokens.push(dist.val().expand([b, 1, d]));
+        }
+        tokens.push(patches);
+        let x = Tensor::cat(tokens, 1) + self.positions(h / p, w / p);
         Ok(zoo_attention::dropout(&e.dropout, x))
     }
 
@@ -333,12 +345,13 @@ impl ViTForImageClassification {
     pub fn forward(&self, input: ImageInput) -> Result<(Tensor<2>, ViTOutput)> {
         let out = self.vit.forward(input)?;
         let [b, t, d] = out.last_hidden_state.dims();
+        let prefix = self.vit.config().prefix_tokens();
         let pooled = match self.vit.config().pooling {
             Pooling::Cls => out.last_hidden_state.clone().narrow(1, 0, 1),
             Pooling::Mean => out
                 .last_hidden_state
                 .clone()
-                .narrow(1, 1, t - 1)
+                .narrow(1, prefix, t - prefix)
                 .mean_dim(1),
         }
         .reshape([b, d]);
@@ -351,6 +364,90 @@ impl ClassLogits for ViTForImageClassification {
 
     fn class_logits(&self, pixels: Tensor<4>) -> std::result::Result<Tensor<2>, ModelError> {
         Ok(self.forward(ImageInput::new(pixels))?.0)
+    }
+}
+
+/// DeiT's classifier (Touvron et al., 2021, "Training data-efficient image transformers
+/// & distillation through attention"), as HF's `DeiTForImageClassificationWithTeacher`:
+/// one linear head on the CLS token, another on the distillation token, and their mean.
+#[derive(Module, Debug)]
+pub struct DeiTForImageClassificationWithTeacher {
+    /// The encoder, without a pooler (HF `deit`).
+    pub vit: ViTModel,
+    /// `[D, num_labels]` on the CLS token.
+    pub cls_classifier: Linear,
+    /// `[D, num_labels]` on the distillation token.
+    pub distillation_classifier: Linear,
+}
+
+/// The three logits of [`DeiTForImageClassificationWithTeacher`], `[B, num_labels]` each.
+#[derive(Debug, Clone)]
+pub struct DistilledLogits {
+    /// The mean of the two heads: what the model predicts.
+    pub logits: Tensor<2>,
+    /// The CLS token's head.
+    pub cls_logits: Tensor<2>,
+    /// The distillation token's head.
+    pub distillation_logits: Tensor<2>,
+}
+
+impl DeiTForImageClassificationWithTeacher {
+    /// A freshly initialised classifier of `num_labels` classes.
+    ///
+    /// # Errors
+    /// See [`ViTConfig::validate`], a config that is not DeiT's (no distillation token),
+    /// and zero labels.
+    pub fn new(cfg: &ViTConfig, num_labels: usize, device: &Device) -> Result<Self> {
+        if num_labels == 0 {
+            return Err(zoo_core::ConfigError::zero("num_labels").into());
+        }
+        if !cfg.distilled() {
+            return Err(VisionError::Input(format!(
+                "a distilled classifier needs DeiT's config (model_type \"deit\"), got {:?}",
+                cfg.model_type.as_deref().unwrap_or("none")
+            )));
+        }
+        let head = || {
+            LinearConfig::new(cfg.hidden_size, num_labels)
+                .with_initializer(init(cfg))
+                .init(device)
+        };
+        Ok(Self {
+            vit: cfg.init(false, device)?,
+            cls_classifier: head(),
+            distillation_classifier: head(),
+        })
+    }
+
+    /// Number of classes.
+    pub fn num_labels(&self) -> usize {
+        self.cls_classifier.weight.dims()[1]
+    }
+
+    /// # Shapes
+    /// - `input`: `[B, C, H, W]` -> each logits `[B, num_labels]`
+    ///
+    /// # Errors
+    /// As [`ViTModel::forward`].
+    pub fn forward(&self, input: ImageInput) -> Result<DistilledLogits> {
+        let h = self.vit.forward(input)?.last_hidden_state;
+        let [b, _, d] = h.dims();
+        let token = |i| h.clone().narrow(1, i, 1).reshape([b, d]);
+        let cls_logits = self.cls_classifier.forward(token(0));
+        let distillation_logits = self.distillation_classifier.forward(token(1));
+        Ok(DistilledLogits {
+            logits: (cls_logits.clone() + distillation_logits.clone()) / 2.0,
+            cls_logits,
+            distillation_logits,
+        })
+    }
+}
+
+impl ClassLogits for DeiTForImageClassificationWithTeacher {
+    type Input = Tensor<4>;
+
+    fn class_logits(&self, pixels: Tensor<4>) -> std::result::Result<Tensor<2>, ModelError> {
+        Ok(self.forward(ImageInput::new(pixels))?.logits)
     }
 }
 

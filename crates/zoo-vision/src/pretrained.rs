@@ -23,7 +23,7 @@ use zoo_core::checkpoint::{self, KeyMap, WeightsFile};
 
 use crate::config::ViTConfig;
 use crate::error::Result;
-use crate::model::{ViTForImageClassification, ViTModel};
+use crate::model::{DeiTForImageClassificationWithTeacher, ViTForImageClassification, ViTModel};
 
 /// ViT's names of the base model and module paths, the same bare or under `vit.`.
 const NAMES: [(&str, &str); 8] = [
@@ -61,27 +61,43 @@ enum Target {
     /// [`ViTModel`], whose paths have no prefix.
     Base,
     ImageClassification,
+    /// DeiT's two heads.
+    DistilledClassification,
 }
 
 impl Target {
-    fn architecture(self) -> &'static str {
-        match self {
-            Self::Base => "ViTModel",
-            Self::ImageClassification => "ViTForImageClassification",
+    fn architecture(self, cfg: &ViTConfig) -> &'static str {
+        match (self, cfg.distilled()) {
+            (Self::Base, false) => "ViTModel",
+            (Self::Base, true) => "DeiTModel",
+            (Self::ImageClassification, false) => "ViTForImageClassification",
+            (Self::ImageClassification, true) => "DeiTForImageClassification",
+            (Self::DistilledClassification, _) => "DeiTForImageClassificationWithTeacher",
         }
     }
 
-    fn key_map(self) -> KeyMap {
+    /// The names of ViT's checkpoints, or DeiT's (`deit.` where ViT has `vit.`).
+    fn key_map(self, cfg: &ViTConfig) -> KeyMap {
+        let dialect: &[(&str, &str)] = if cfg.distilled() {
+            &[("deit.", "vit.")]
+        } else {
+            &[]
+        };
         // `mask_token` belongs to masked image modelling, another task.
         let roots = ["embeddings", "encoder", "layernorm", "pooler"];
         let (map, under) = KeyMap::new()
+            .dialect(dialect)
             .ignore(r"(^|\.)embeddings\.mask_token$")
-            .base_model("vit.", self == Self::ImageClassification, &roots);
+            .base_model("vit.", self != Self::Base, &roots);
         let map = map.names_under(&under, &NAMES);
         match self {
-            Self::Base => map.ignore(r"^classifier\."),
-            // HF's classifier is built without the pooler.
-            Self::ImageClassification => map.ignore(r"^(vit\.)?pooler\."),
+            Self::Base => map
+                .ignore(r"^classifier\.")
+                .ignore(r"^(cls|distillation)_classifier\."),
+            // HF's classifiers are built without the pooler.
+            Self::ImageClassification | Self::DistilledClassification => {
+                map.ignore(r"^(vit\.)?pooler\.")
+            }
         }
     }
 }
@@ -92,14 +108,15 @@ fn read_config(dir: &Path) -> Result<ViTConfig> {
 }
 
 fn save<M: Module>(model: &M, cfg: &ViTConfig, dir: &Path, target: Target) -> Result<()> {
-    let map = target.key_map();
+    let map = target.key_map(cfg);
+    let model_type = if cfg.distilled() { "deit" } else { "vit" };
     Ok(checkpoint::save_pretrained(
         model,
         dir,
         &map,
         cfg,
-        "vit",
-        target.architecture(),
+        model_type,
+        target.architecture(cfg),
     )?)
 }
 
@@ -119,7 +136,7 @@ impl ViTModel {
             .keys()
             .any(|k| k == "pooler.dense.weight" || k == "vit.pooler.dense.weight");
         let mut model = cfg.init(has_pooler, device)?;
-        checkpoint::load_into(&mut model, dir, &Target::Base.key_map())?;
+        checkpoint::load_into(&mut model, dir, &Target::Base.key_map(&cfg))?;
         Ok(model)
     }
 
@@ -143,7 +160,8 @@ impl ViTForImageClassification {
         let cfg = read_config(dir)?;
         let n = checkpoint::num_labels(dir, &cfg.labels())?;
         let mut model = Self::new(&cfg, n, device)?;
-        checkpoint::load_into(&mut model, dir, &Target::ImageClassification.key_map())?;
+        let map = Target::ImageClassification.key_map(&cfg);
+        checkpoint::load_into(&mut model, dir, &map)?;
         Ok(model)
     }
 
@@ -158,5 +176,35 @@ impl ViTForImageClassification {
             cfg.id2label = Some(checkpoint::default_id2label(self.num_labels()));
         }
         save(self, &cfg, dir.as_ref(), Target::ImageClassification)
+    }
+}
+
+impl DeiTForImageClassificationWithTeacher {
+    /// Loads an HF `DeiTForImageClassificationWithTeacher` checkpoint folder; the class
+    /// count and names come from its `id2label`.
+    ///
+    /// # Errors
+    /// As [`ViTModel::from_pretrained`], a config that is not DeiT's, and a
+    /// `config.json` without `id2label`.
+    pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg = read_config(dir)?;
+        let n = checkpoint::num_labels(dir, &cfg.labels())?;
+        let mut model = Self::new(&cfg, n, device)?;
+        let map = Target::DistilledClassification.key_map(&cfg);
+        checkpoint::load_into(&mut model, dir, &map)?;
+        Ok(model)
+    }
+
+    /// Writes the model as an HF `DeiTForImageClassificationWithTeacher` folder.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let mut cfg = self.vit.config().clone();
+        if cfg.labels().len() != self.num_labels() {
+            cfg.id2label = Some(checkpoint::default_id2label(self.num_labels()));
+        }
+        save(self, &cfg, dir.as_ref(), Target::DistilledClassification)
     }
 }

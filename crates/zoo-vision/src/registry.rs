@@ -13,7 +13,9 @@ use zoo_core::registry::{
 };
 
 use crate::image::ImageProcessor;
-use crate::model::{ImageInput, ViTForImageClassification, ViTModel};
+use crate::model::{
+    DeiTForImageClassificationWithTeacher, ImageInput, ViTForImageClassification, ViTModel,
+};
 
 const INPUTS: &[&str] = &["pixel_values", "interpolate_pos_encoding"];
 
@@ -39,8 +41,38 @@ pub const ARCHITECTURES: &[Architecture] = &[
         tasks: &[Task::Classify],
         load: |dir, device| {
             Ok(Box::new(ImageClassifier {
-                model: ViTForImageClassification::from_pretrained(dir, device)
-                    .map_err(ModelError::new)?,
+                model: ImageHead::Linear(
+                    ViTForImageClassification::from_pretrained(dir, device)
+                        .map_err(ModelError::new)?,
+                ),
+                dir: dir.to_path_buf(),
+            }))
+        },
+        load_adapted: None,
+    },
+    Architecture {
+        model_type: "deit",
+        name: "DeiTModel",
+        inputs: INPUTS,
+        tasks: &[],
+        load: |dir, device| {
+            Ok(Box::new(
+                ViTModel::from_pretrained(dir, device).map_err(ModelError::new)?,
+            ))
+        },
+        load_adapted: None,
+    },
+    Architecture {
+        model_type: "deit",
+        name: "DeiTForImageClassificationWithTeacher",
+        inputs: INPUTS,
+        tasks: &[Task::Classify],
+        load: |dir, device| {
+            Ok(Box::new(ImageClassifier {
+                model: ImageHead::Distilled(
+                    DeiTForImageClassificationWithTeacher::from_pretrained(dir, device)
+                        .map_err(ModelError::new)?,
+                ),
                 dir: dir.to_path_buf(),
             }))
         },
@@ -74,11 +106,55 @@ impl Pretrained for ViTModel {
     }
 }
 
-/// `ViTForImageClassification` with the folder its image processor is read from.
+/// An image classifier of the family: ViT's one head, or DeiT's two.
+#[derive(Module, Debug)]
+pub enum ImageHead {
+    /// `ViTForImageClassification`.
+    Linear(ViTForImageClassification),
+    /// `DeiTForImageClassificationWithTeacher`.
+    Distilled(DeiTForImageClassificationWithTeacher),
+}
+
+impl ImageHead {
+    fn encoder(&self) -> &ViTModel {
+        match self {
+            Self::Linear(m) => &m.vit,
+            Self::Distilled(m) => &m.vit,
+        }
+    }
+
+    /// The predicted class logits: ViT's head, or the mean of DeiT's two.
+    fn logits(&self, input: ImageInput) -> Result<Tensor<2>, ModelError> {
+        match self {
+            Self::Linear(m) => Ok(m.forward(input).map_err(ModelError::new)?.0),
+            Self::Distilled(m) => Ok(m.forward(input).map_err(ModelError::new)?.logits),
+        }
+    }
+
+    /// HF's named outputs: `logits`, and DeiT's `cls_logits` and `distillation_logits`.
+    fn outputs(&self, input: ImageInput) -> Result<Vec<NamedOutput>, ModelError> {
+        match self {
+            Self::Linear(m) => {
+                let (logits, _) = m.forward(input).map_err(ModelError::new)?;
+                Ok(vec![named("logits", logits)?])
+            }
+            Self::Distilled(m) => {
+                let out = m.forward(input).map_err(ModelError::new)?;
+                Ok(vec![
+                    named("logits", out.logits)?,
+                    named("cls_logits", out.cls_logits)?,
+                    named("distillation_logits", out.distillation_logits)?,
+                ])
+            }
+        }
+    }
+}
+
+/// An image classifier with the folder its image processor is read from.
 #[derive(Module, Debug)]
 pub struct ImageClassifier {
     /// The model.
-    pub model: ViTForImageClassification,
+    pub model: ImageHead,
     /// The checkpoint folder.
     #[module(skip)]
     pub dir: PathBuf,
@@ -90,11 +166,7 @@ impl Pretrained for ImageClassifier {
         input: &ForwardInput,
         device: &Device,
     ) -> Result<Vec<NamedOutput>, ModelError> {
-        let (logits, _) = self
-            .model
-            .forward(image_input(input, device)?)
-            .map_err(ModelError::new)?;
-        Ok(vec![named("logits", logits)?])
+        self.model.outputs(image_input(input, device)?)
     }
 
     fn classifier(&self) -> Option<&dyn Classifier> {
@@ -115,17 +187,14 @@ impl Classifier for ImageClassifier {
                 "ViTForImageClassification classifies images, not text",
             ));
         };
-        let config = self.model.vit.config();
+        let config = self.model.encoder().config();
         let processor = if self.dir.join("preprocessor_config.json").is_file() {
             ImageProcessor::from_pretrained(&self.dir).map_err(ModelError::new)?
         } else {
             ImageProcessor::vit(config.image_size)
         };
         let pixels = processor.load(&[path], device).map_err(ModelError::new)?;
-        let (logits, _) = self
-            .model
-            .forward(ImageInput::new(pixels))
-            .map_err(ModelError::new)?;
+        let logits = self.model.logits(ImageInput::new(pixels))?;
         Ok(Classes {
             logits,
             labels: config.labels(),

@@ -15,7 +15,8 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 use zoo_vision::{
-    ImageInput, ImageProcessor, ViTConfig, ViTForImageClassification, ViTModel, VisionError,
+    DeiTForImageClassificationWithTeacher, ImageInput, ImageProcessor, ViTConfig,
+    ViTForImageClassification, ViTModel, VisionError,
 };
 
 fn fixture(name: &str) -> PathBuf {
@@ -41,6 +42,8 @@ struct Expected {
     pooler_output_other: Option<Output>,
     logits: Option<Output>,
     logits_other: Option<Output>,
+    cls_logits: Option<Output>,
+    distillation_logits: Option<Output>,
 }
 
 fn expected(name: &str) -> Expected {
@@ -305,4 +308,79 @@ fn a_checkpoint_that_does_not_fit_names_every_tensor_with_its_shapes() {
             dir.join("config.json").display()
         )
     );
+}
+
+/// DeiT: the distillation token after CLS (its position kept, with CLS's, when the grid
+/// is resampled), the base model with its pooler, and the two heads and their mean, all
+/// within 1e-4 of `transformers` at the trained size and at 42×36. Negative control: the
+/// CLS head alone is not the prediction. Saving writes DeiT's names, bit for bit.
+#[test]
+fn deit_matches_transformers_with_its_distillation_token_and_two_heads() {
+    let device = test_device();
+    let e = expected("deit-tiny");
+    let base = ViTModel::from_pretrained(fixture("deit-tiny"), &device).unwrap();
+    assert!(base.embeddings.distillation_token.is_some());
+    let out = base
+        .forward(ImageInput::new(tensor(&e.pixel_values, &device)))
+        .unwrap();
+    assert_matches(
+        "last_hidden_state",
+        out.last_hidden_state,
+        e.last_hidden_state.as_ref().unwrap(),
+    );
+    assert_matches(
+        "pooler_output",
+        out.pooler_output.unwrap(),
+        e.pooler_output.as_ref().unwrap(),
+    );
+    let other = base
+        .forward(ImageInput::new(tensor(&e.pixel_values_other, &device)).interpolate_pos_encoding())
+        .unwrap();
+    assert_matches(
+        "last_hidden_state at 42x36",
+        other.last_hidden_state,
+        e.last_hidden_state_other.as_ref().unwrap(),
+    );
+
+    let src = fixture("deit-tiny-distilled");
+    let e = expected("deit-tiny-distilled");
+    let model = DeiTForImageClassificationWithTeacher::from_pretrained(&src, &device).unwrap();
+    let out = model
+        .forward(ImageInput::new(tensor(&e.pixel_values, &device)))
+        .unwrap();
+    let want = e.logits.as_ref().unwrap();
+    assert!(max_diff("cls_logits as logits", out.cls_logits.clone(), want) > 1e-2);
+    assert_matches("logits", out.logits, want);
+    assert_matches("cls_logits", out.cls_logits, e.cls_logits.as_ref().unwrap());
+    assert_matches(
+        "distillation_logits",
+        out.distillation_logits,
+        e.distillation_logits.as_ref().unwrap(),
+    );
+    let other = model
+        .forward(ImageInput::new(tensor(&e.pixel_values_other, &device)).interpolate_pos_encoding())
+        .unwrap();
+    assert_matches(
+        "logits at 42x36",
+        other.logits,
+        e.logits_other.as_ref().unwrap(),
+    );
+
+    let dir = zoo_fixtures::tempdir("vision", "deit-save");
+    model.save_pretrained(&dir).unwrap();
+    let contents = |d: &Path| WeightsFile::find(d).unwrap().contents().unwrap();
+    assert_eq!(contents(&dir), contents(&src));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["model_type"], "deit");
+    assert_eq!(
+        cfg["architectures"][0],
+        "DeiTForImageClassificationWithTeacher"
+    );
+    // A ViT config is refused for the distilled classifier, by name.
+    let e =
+        DeiTForImageClassificationWithTeacher::from_pretrained(fixture("vit-tiny-cls"), &device)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("model_type \"deit\""), "{e}");
 }

@@ -149,6 +149,37 @@ impl ViTModel {
     }
 }
 
+/// A classifier of the class count and names of `dir`'s `id2label`, built by `build`,
+/// then loaded under `target`'s names.
+fn load_classifier<M: Module>(
+    dir: &Path,
+    device: &Device,
+    target: Target,
+    build: fn(&ViTConfig, usize, &Device) -> Result<M>,
+) -> Result<M> {
+    let cfg = read_config(dir)?;
+    let n = checkpoint::num_labels(dir, &cfg.labels())?;
+    let mut model = build(&cfg, n, device)?;
+    checkpoint::load_into(&mut model, dir, &target.key_map(&cfg))?;
+    Ok(model)
+}
+
+/// Writes a classifier of `num_labels` classes; a config without class names gets HF's
+/// `LABEL_i`.
+fn save_classifier<M: Module>(
+    model: &M,
+    cfg: &ViTConfig,
+    num_labels: usize,
+    dir: &Path,
+    target: Target,
+) -> Result<()> {
+    let mut cfg = cfg.clone();
+    if cfg.labels().len() != num_labels {
+        cfg.id2label = Some(checkpoint::default_id2label(num_labels));
+    }
+    save(model, &cfg, dir, target)
+}
+
 impl ViTForImageClassification {
     /// Loads an HF `ViTForImageClassification` checkpoint folder; the class count and
     /// names come from its `id2label`.
@@ -156,13 +187,7 @@ impl ViTForImageClassification {
     /// # Errors
     /// As [`ViTModel::from_pretrained`], and a `config.json` without `id2label`.
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
-        let dir = dir.as_ref();
-        let cfg = read_config(dir)?;
-        let n = checkpoint::num_labels(dir, &cfg.labels())?;
-        let mut model = Self::new(&cfg, n, device)?;
-        let map = Target::ImageClassification.key_map(&cfg);
-        checkpoint::load_into(&mut model, dir, &map)?;
-        Ok(model)
+        load_classifier(dir.as_ref(), device, Target::ImageClassification, Self::new)
     }
 
     /// Writes the model as an HF `ViTForImageClassification` checkpoint folder; a config
@@ -171,11 +196,8 @@ impl ViTForImageClassification {
     /// # Errors
     /// A folder that cannot be written.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let mut cfg = self.vit.config().clone();
-        if cfg.labels().len() != self.num_labels() {
-            cfg.id2label = Some(checkpoint::default_id2label(self.num_labels()));
-        }
-        save(self, &cfg, dir.as_ref(), Target::ImageClassification)
+        let (cfg, n) = (self.vit.config(), self.num_labels());
+        save_classifier(self, cfg, n, dir.as_ref(), Target::ImageClassification)
     }
 }
 
@@ -187,13 +209,8 @@ impl DeiTForImageClassificationWithTeacher {
     /// As [`ViTModel::from_pretrained`], a config that is not DeiT's, and a
     /// `config.json` without `id2label`.
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
-        let dir = dir.as_ref();
-        let cfg = read_config(dir)?;
-        let n = checkpoint::num_labels(dir, &cfg.labels())?;
-        let mut model = Self::new(&cfg, n, device)?;
-        let map = Target::DistilledClassification.key_map(&cfg);
-        checkpoint::load_into(&mut model, dir, &map)?;
-        Ok(model)
+        let target = Target::DistilledClassification;
+        load_classifier(dir.as_ref(), device, target, Self::new)
     }
 
     /// Writes the model as an HF `DeiTForImageClassificationWithTeacher` folder.
@@ -201,10 +218,7 @@ impl DeiTForImageClassificationWithTeacher {
     /// # Errors
     /// A folder that cannot be written.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let mut cfg = self.vit.config().clone();
-        if cfg.labels().len() != self.num_labels() {
-            cfg.id2label = Some(checkpoint::default_id2label(self.num_labels()));
-        }
-        save(self, &cfg, dir.as_ref(), Target::DistilledClassification)
+        let (cfg, n) = (self.vit.config(), self.num_labels());
+        save_classifier(self, cfg, n, dir.as_ref(), Target::DistilledClassification)
     }
 }

@@ -2,13 +2,13 @@
 //! checkpoints as `zoo-core`'s [`Pretrained`]; the image classifier is also a
 //! [`Classifier`] of image files, through the folder's image processor.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 use zoo_core::ModelError;
 use zoo_core::registry::{
-    Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
+    Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Loader, Modality, NamedOutput,
     Pretrained, Task, encoder_outputs, named, needs,
 };
 
@@ -19,66 +19,65 @@ use crate::model::{
 
 const INPUTS: &[&str] = &["pixel_values", "interpolate_pos_encoding"];
 
+/// One row of the family: ViT's or DeiT's (`model_type`), bare or a classifier.
+const fn row(
+    model_type: &'static str,
+    name: &'static str,
+    tasks: &'static [Task],
+    load: Loader,
+) -> Architecture {
+    Architecture {
+        model_type,
+        name,
+        inputs: INPUTS,
+        tasks,
+        load,
+        load_adapted: None,
+    }
+}
+
 /// Every architecture the family loads; the first of a `model_type` is what a
-/// `config.json` without `architectures` gets.
+/// `config.json` without `architectures` gets. DeiT's bare model is ViT's with its
+/// distillation token, which `config.json`'s `model_type` decides.
 pub const ARCHITECTURES: &[Architecture] = &[
-    Architecture {
-        model_type: "vit",
-        name: "ViTModel",
-        inputs: INPUTS,
-        tasks: &[],
-        load: |dir, device| {
-            Ok(Box::new(
-                ViTModel::from_pretrained(dir, device).map_err(ModelError::new)?,
-            ))
+    row("vit", "ViTModel", &[], load_base),
+    row(
+        "vit",
+        "ViTForImageClassification",
+        &[Task::Classify],
+        |dir, device| {
+            let model = ViTForImageClassification::from_pretrained(dir, device);
+            classifier(dir, model.map(ImageHead::Linear))
         },
-        load_adapted: None,
-    },
-    Architecture {
-        model_type: "vit",
-        name: "ViTForImageClassification",
-        inputs: INPUTS,
-        tasks: &[Task::Classify],
-        load: |dir, device| {
-            Ok(Box::new(ImageClassifier {
-                model: ImageHead::Linear(
-                    ViTForImageClassification::from_pretrained(dir, device)
-                        .map_err(ModelError::new)?,
-                ),
-                dir: dir.to_path_buf(),
-            }))
+    ),
+    row("deit", "DeiTModel", &[], load_base),
+    row(
+        "deit",
+        "DeiTForImageClassificationWithTeacher",
+        &[Task::Classify],
+        |dir, device| {
+            let model = DeiTForImageClassificationWithTeacher::from_pretrained(dir, device);
+            classifier(dir, model.map(ImageHead::Distilled))
         },
-        load_adapted: None,
-    },
-    Architecture {
-        model_type: "deit",
-        name: "DeiTModel",
-        inputs: INPUTS,
-        tasks: &[],
-        load: |dir, device| {
-            Ok(Box::new(
-                ViTModel::from_pretrained(dir, device).map_err(ModelError::new)?,
-            ))
-        },
-        load_adapted: None,
-    },
-    Architecture {
-        model_type: "deit",
-        name: "DeiTForImageClassificationWithTeacher",
-        inputs: INPUTS,
-        tasks: &[Task::Classify],
-        load: |dir, device| {
-            Ok(Box::new(ImageClassifier {
-                model: ImageHead::Distilled(
-                    DeiTForImageClassificationWithTeacher::from_pretrained(dir, device)
-                        .map_err(ModelError::new)?,
-                ),
-                dir: dir.to_path_buf(),
-            }))
-        },
-        load_adapted: None,
-    },
+    ),
 ];
+
+fn load_base(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    Ok(Box::new(
+        ViTModel::from_pretrained(dir, device).map_err(ModelError::new)?,
+    ))
+}
+
+/// A loaded head with the folder its image processor is read from.
+fn classifier(
+    dir: &Path,
+    model: crate::Result<ImageHead>,
+) -> Result<Box<dyn Pretrained>, ModelError> {
+    Ok(Box::new(ImageClassifier {
+        model: model.map_err(ModelError::new)?,
+        dir: dir.to_path_buf(),
+    }))
+}
 
 /// HF's `pixel_values` (and `interpolate_pos_encoding`) as the zoo's input.
 fn image_input(input: &ForwardInput, device: &Device) -> Result<ImageInput, ModelError> {

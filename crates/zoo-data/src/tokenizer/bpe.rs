@@ -1,15 +1,23 @@
-//! The tokenizer of a causal-LM checkpoint, from its `tokenizer.json` through the
-//! `tokenizers` crate: GPT-2's byte-level BPE, Llama's SentencePiece-style BPE, or any other
-//! that file describes. Text streams out token by token through [`TextStream`].
+//! The tokenizer of a checkpoint, through the `tokenizers` crate: its `tokenizer.json`
+//! (GPT-2's byte-level BPE, Llama's SentencePiece-style BPE, or any other that file
+//! describes), else its SentencePiece model (`spiece.model`, `tokenizer.model`), else
+//! Marian's pair of them with `vocab.json`. Text streams out token by token through
+//! [`TextStream`].
 
 use std::path::Path;
+use std::sync::Arc;
 
+use super::marian::{Marian, Side};
+use super::spm::{Flavour, SpmModel};
 use super::{Result, tok_err};
 
 /// A checkpoint's tokenizer.
 #[derive(Clone)]
 pub struct LmTokenizer {
+    /// Encodes and decodes; for Marian, decodes only.
     inner: tokenizers::Tokenizer,
+    /// Marian's two SentencePiece models, which encode.
+    marian: Option<Arc<Marian>>,
 }
 
 impl std::fmt::Debug for LmTokenizer {
@@ -31,15 +39,49 @@ impl LmTokenizer {
             return Err(tok_err(&path.display().to_string(), "no such file"));
         }
         let inner = super::read_tokenizer_json(path)?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            marian: None,
+        })
     }
 
-    /// Loads `dir/tokenizer.json`.
+    /// Loads the tokenizer of a checkpoint folder: `tokenizer.json`; else Marian's
+    /// `source.spm`, `target.spm` and `vocab.json`; else `spiece.model` or
+    /// `tokenizer.model`, converted as `transformers` converts them (T5's class for
+    /// model types t5, mt5, umt5 and longt5, the SentencePiece model's own settings for
+    /// the others, with `add_bos_token` / `add_eos_token` from `tokenizer_config.json`).
     ///
     /// # Errors
-    /// As [`Self::from_file`].
+    /// A folder with none of these files, or a missing or malformed file, named.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
-        Self::from_file(dir.as_ref().join("tokenizer.json"))
+        let dir = dir.as_ref();
+        let json = dir.join("tokenizer.json");
+        if json.is_file() {
+            return Self::from_file(json);
+        }
+        if dir.join("source.spm").is_file() {
+            let (marian, inner) = Marian::read(dir)?;
+            return Ok(Self {
+                inner,
+                marian: Some(Arc::new(marian)),
+            });
+        }
+        let Some(model) = ["spiece.model", "tokenizer.model"]
+            .iter()
+            .map(|name| dir.join(name))
+            .find(|path| path.is_file())
+        else {
+            return Err(tok_err(
+                &dir.display().to_string(),
+                "no tokenizer: neither tokenizer.json nor a SentencePiece model \
+                 (spiece.model, tokenizer.model, or Marian's source.spm with vocab.json)",
+            ));
+        };
+        let inner = SpmModel::read(&model)?.tokenizer(flavour(dir))?;
+        Ok(Self {
+            inner,
+            marian: None,
+        })
     }
 
     /// Vocabulary size, added tokens included.
@@ -77,7 +119,22 @@ impl LmTokenizer {
         self.encode_ids(text, false)
     }
 
+    /// Token ids of `text` as a target: through Marian's `target.spm`; the same as
+    /// [`Self::encode`] for every other tokenizer, whose two sides are one.
+    ///
+    /// # Errors
+    /// What the tokenizer rejects.
+    pub fn encode_target(&self, text: &str) -> Result<Vec<usize>> {
+        match &self.marian {
+            Some(marian) => marian.encode(Side::Target, text, true),
+            None => self.encode(text),
+        }
+    }
+
     fn encode_ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<usize>> {
+        if let Some(marian) = &self.marian {
+            return marian.encode(Side::Source, text, add_special_tokens);
+        }
         let enc = super::guarded("encode", || self.inner.encode(text, add_special_tokens))?;
         Ok(enc.get_ids().iter().map(|&id| id as usize).collect())
     }
@@ -109,6 +166,32 @@ impl LmTokenizer {
         }
         let ids: Vec<u32> = ids.iter().map(|&id| id as u32).collect();
         super::guarded("decode", || self.inner.decode(&ids, true))
+    }
+}
+
+/// The conversion a folder's SentencePiece model gets: T5's class for T5's model types
+/// (by `config.json`, or `tokenizer_class` in `tokenizer_config.json`), the model's own
+/// settings otherwise. A missing or unreadable file counts as empty: the model's own
+/// loader reports it.
+fn flavour(dir: &Path) -> Flavour {
+    let read = |name: &str| -> serde_json::Value {
+        std::fs::read_to_string(dir.join(name))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default()
+    };
+    let (config, tokenizer) = (read("config.json"), read("tokenizer_config.json"));
+    let model_type = config["model_type"].as_str().unwrap_or_default();
+    let class = tokenizer["tokenizer_class"].as_str().unwrap_or_default();
+    if matches!(model_type, "t5" | "mt5" | "umt5" | "longt5") || class.starts_with("T5Tokenizer") {
+        let extra_ids = tokenizer["extra_ids"].as_u64().unwrap_or(100);
+        return Flavour::T5 {
+            extra_ids: usize::try_from(extra_ids).unwrap_or(100),
+        };
+    }
+    Flavour::SentencePiece {
+        add_bos: tokenizer["add_bos_token"].as_bool().unwrap_or(false),
+        add_eos: tokenizer["add_eos_token"].as_bool().unwrap_or(false),
     }
 }
 

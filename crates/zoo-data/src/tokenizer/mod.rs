@@ -1,8 +1,10 @@
 //! The tokenizers of every family, each through HF's `tokenizers` crate:
 //! - [`LmTokenizer`] (in `bpe`): a causal LM's `tokenizer.json`, GPT-2's byte-level BPE,
-//!   Llama's SentencePiece-style BPE or any other that file describes, with
-//!   [`TextStream`] for text that streams out token by token; the encoder-decoder family
-//!   uses it for T5 and Marian too;
+//!   Llama's SentencePiece-style BPE or any other that file describes, else a
+//!   SentencePiece model file converted as `transformers` converts it (`spm`), else
+//!   Marian's two SentencePiece models and `vocab.json` (`marian`), with [`TextStream`]
+//!   for text that streams out token by token; the encoder-decoder family uses it for
+//!   T5 and Marian too;
 //! - [`BertTokenizer`] (in `wordpiece`): BERT-style WordPiece, from a `tokenizer.json`,
 //!   a `vocab.txt` or trained on a corpus, with pairs and padded [`TokenBatch`]es;
 //! - [`ChatTemplate`] (in `chat`): an instruct model's chat template, rendered as
@@ -10,6 +12,8 @@
 
 mod bpe;
 mod chat;
+mod marian;
+mod spm;
 mod wordpiece;
 
 pub use bpe::{LmTokenizer, TextStream};

@@ -6,6 +6,7 @@
 //! zoo generate --model DIR --prompt TEXT [--max-new-tokens N] [--temperature T] ...
 //! zoo chat     --model DIR [--messages FILE.json [--render]] [--system TEXT] ...
 //! zoo translate --model DIR --text TEXT [--num-beams N] ...
+//! zoo tokenize --model DIR --text TEXT [--target]
 //! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
 //! zoo embed    --model DIR --input IN.json --output OUT.json
 //! zoo train    --model DIR --task TASK --train FILE [--valid FILE] --output DIR ...
@@ -58,6 +59,7 @@ use burn::tensor::{Device, activation::softmax};
 use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
 use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
+use zoo_data::{BertTokenizer, LmTokenizer};
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::hub::{self, HubOptions};
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
@@ -124,8 +126,24 @@ enum Command {
     /// prints the prompt of) the messages of a JSON file.
     Chat(text::ChatArgs),
     /// Translates a text (or does what the model was trained for) with an encoder-decoder
-    /// model, reading the folder's tokenizer.json.
+    /// model, reading the folder's tokenizer (tokenizer.json, or its SentencePiece files).
     Translate(TranslateArgs),
+    /// Prints the token ids of a text as one JSON list, special tokens included, as
+    /// `transformers`' tokenizer gives them: from tokenizer.json, a SentencePiece model
+    /// (spiece.model, tokenizer.model), Marian's source.spm / target.spm with vocab.json,
+    /// or a WordPiece vocab.txt.
+    Tokenize {
+        /// The checkpoint folder, or a hub id (org/name).
+        #[arg(long)]
+        model: PathBuf,
+        /// The text.
+        #[arg(long)]
+        text: String,
+        /// Tokenize as a target: through Marian's target.spm (the same as the source
+        /// for every other tokenizer).
+        #[arg(long)]
+        target: bool,
+    },
     /// The top labels of an image or a text, with probabilities, from a model with a
     /// classification head.
     Classify {
@@ -230,7 +248,8 @@ fn locate_model(command: &mut Command) -> Result<()> {
         | Command::Forward { model, .. }
         | Command::Classify { model, .. }
         | Command::Merge { model, .. }
-        | Command::Embed { model, .. } => model,
+        | Command::Embed { model, .. }
+        | Command::Tokenize { model, .. } => model,
         Command::Generate(args) => &mut args.model,
         Command::Chat(args) => &mut args.model,
         Command::Translate(args) => &mut args.model,
@@ -258,6 +277,11 @@ fn run(mut cli: Cli) -> Result<()> {
         Command::Generate(args) => text::generate_text(&args, &device()?),
         Command::Chat(args) => text::chat(&args, &device()?),
         Command::Translate(args) => translate(&args, &device()?),
+        Command::Tokenize {
+            model,
+            text,
+            target,
+        } => tokenize(&model, &text, target),
         Command::Classify {
             model,
             image,
@@ -411,6 +435,36 @@ pub(crate) fn not_for(
         arch.model_type,
         arch.name
     ))
+}
+
+/// `zoo tokenize`: the folder's tokenizer.json or SentencePiece files through
+/// [`LmTokenizer`], else its WordPiece `vocab.txt` through [`BertTokenizer`] (lowercased
+/// as `tokenizer_config.json`'s `do_lower_case` says, true by default as in BERT).
+fn tokenize(dir: &Path, text: &str, target: bool) -> Result<()> {
+    if !dir.is_dir() {
+        return Err(CliError::Input(format!(
+            "{} is not a checkpoint folder",
+            dir.display()
+        )));
+    }
+    let ids: Vec<usize> = if !dir.join("tokenizer.json").is_file() && dir.join("vocab.txt").is_file() {
+        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap_or_default();
+        let lowercase = serde_json::from_str::<serde_json::Value>(&config)
+            .ok()
+            .and_then(|c| c["do_lower_case"].as_bool())
+            .unwrap_or(true);
+        let tok = BertTokenizer::from_vocab(dir.join("vocab.txt"), lowercase, usize::MAX)?;
+        tok.encode(text)?.ids.iter().map(|&id| id as usize).collect()
+    } else {
+        let tok = LmTokenizer::from_pretrained(dir)?;
+        if target {
+            tok.encode_target(text)?
+        } else {
+            tok.encode(text)?
+        }
+    };
+    outln!("{}", serde_json::to_string(&ids).map_err(|e| CliError::Input(e.to_string()))?);
+    Ok(())
 }
 
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {

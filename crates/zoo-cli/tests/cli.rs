@@ -656,6 +656,86 @@ fn translate_gives_transformers_beam_search_output() {
     }
 }
 
+/// An opus-mt style folder with only SentencePiece files (`source.spm`, `target.spm`,
+/// `vocab.json`) and no tokenizer.json translates as `transformers`' `generate` with 4
+/// beams: the same ids (checked through the text, which `MarianTokenizer` decoded from
+/// them) and the same text.
+#[test]
+fn translate_works_on_a_sentencepiece_only_marian_folder() {
+    let dir = fixture("zoo-data", "spm/marian");
+    assert!(!dir.join("tokenizer.json").exists());
+    let e = read_json(&dir.join("expected.json"));
+    let t = &e["translate"];
+    let beams = [
+        "--text",
+        t["text"].as_str().unwrap(),
+        "--num-beams",
+        "4",
+        "--max-new-tokens",
+        "12",
+    ];
+    let run = ok_on("translate", &dir, &beams);
+    assert_eq!(
+        run.stdout,
+        format!("{}\n", t["beam_text"].as_str().unwrap())
+    );
+    let n = t["beam_ids"].as_array().unwrap().len();
+    assert!(
+        run.stderr.contains(&format!("[{n} tokens in ")),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `zoo tokenize` prints transformers' ids as one JSON list for every kind of tokenizer
+/// folder: SentencePiece (T5's and Llama's), Marian (both sides), tokenizer.json, and a
+/// bare WordPiece vocab.txt.
+#[test]
+fn tokenize_prints_transformers_ids_for_every_kind_of_tokenizer() {
+    let ids = |dir: &Path, text: &str, extra: &[&str]| -> Value {
+        let mut args = vec!["--text", text];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&ok_on("tokenize", dir, &args).stdout).unwrap()
+    };
+    for name in ["spm/t5-unigram", "spm/llama-bpe", "spm/marian"] {
+        let dir = fixture("zoo-data", name);
+        let e = read_json(&dir.join("expected.json"));
+        for case in e["cases"].as_array().unwrap() {
+            let text = case["text"].as_str().unwrap();
+            assert_eq!(ids(&dir, text, &[]), case["ids"], "{name}: {text:?}");
+        }
+    }
+    let marian = fixture("zoo-data", "spm/marian");
+    let e = read_json(&marian.join("expected.json"));
+    let case = &e["target_cases"][0];
+    let text = case["text"].as_str().unwrap();
+    assert_eq!(ids(&marian, text, &["--target"]), case["ids"]);
+    assert_ne!(
+        ids(&marian, text, &[]),
+        case["ids"],
+        "the source side cuts otherwise"
+    );
+    // tokenizer.json: the seq2seq fixtures' text and ids.
+    let t5 = fixture("zoo-seq2seq", "t5-tiny");
+    let e = read_json(&t5.join("expected.json"));
+    assert_eq!(ids(&t5, e["text"].as_str().unwrap(), &[]), e["text_ids"]);
+    // A folder with only BERT's vocab.txt: [CLS] and [SEP] around the WordPieces.
+    let bert = tempdir("tokenize-vocab");
+    std::fs::write(
+        bert.join("vocab.txt"),
+        "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nto\nbe\n##e\nb\n,\n",
+    )
+    .unwrap();
+    // Lowercased, "bee" is the longest piece "be" and then "##e".
+    assert_eq!(ids(&bert, "To be, BEE", &[]), json!([2, 5, 6, 9, 6, 7, 3]));
+    let missing = zoo(&["tokenize", "--model", "/nonexistent/folder", "--text", "a"]);
+    assert_eq!(missing.status, Some(1));
+    assert_eq!(
+        missing.stderr,
+        "error: /nonexistent/folder is not a checkpoint folder\n"
+    );
+}
+
 /// `zoo classify` of the gradient test image with the classifier in `dir`.
 fn classify_gradient(dir: &Path, extra: &[&str]) -> Run {
     let image = fixture("zoo-vision", "images/gradient.png");

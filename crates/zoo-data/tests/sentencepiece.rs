@@ -11,7 +11,9 @@ use serde_json::Value;
 use zoo_data::LmTokenizer;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spm").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/spm")
+        .join(name)
 }
 
 fn expected(name: &str) -> Value {
@@ -36,7 +38,11 @@ fn check_cases(name: &str, tok: &LmTokenizer, cases: &Value) -> usize {
         let want = ids(&case["ids"]);
         assert_eq!(tok.encode(text).unwrap(), want, "{name}: ids of {text:?}");
         let decoded = case["decoded"].as_str().unwrap();
-        assert_eq!(tok.decode(&want).unwrap(), decoded, "{name}: decoding {text:?}");
+        assert_eq!(
+            tok.decode(&want).unwrap(),
+            decoded,
+            "{name}: decoding {text:?}"
+        );
     }
     cases.len()
 }
@@ -56,9 +62,15 @@ fn t5_and_llama_sentencepiece_models_tokenize_as_transformers_converts_them() {
     assert_eq!(t5.token_id("<extra_id_0>"), Some(399));
     assert_eq!(t5.token_id("<extra_id_99>"), Some(300));
     let sentinel = t5.encode("a <extra_id_0> b").unwrap();
-    assert!(sentinel.contains(&399) && sentinel.last() == Some(&1), "{sentinel:?}");
+    assert!(
+        sentinel.contains(&399) && sentinel.last() == Some(&1),
+        "{sentinel:?}"
+    );
     let llama = LmTokenizer::from_pretrained(fixture("llama-bpe")).unwrap();
-    let snow: Vec<usize> = [0xE2, 0x98, 0x83].iter().map(|b| llama.token_id(&format!("<0x{b:02X}>")).unwrap()).collect();
+    let snow: Vec<usize> = [0xE2, 0x98, 0x83]
+        .iter()
+        .map(|b| llama.token_id(&format!("<0x{b:02X}>")).unwrap())
+        .collect();
     let ids = llama.encode_plain("\u{2603}").unwrap();
     assert!(ids.ends_with(&snow), "{ids:?}");
     assert_eq!(llama.decode(&ids).unwrap(), "\u{2603}");
@@ -71,7 +83,11 @@ fn t5_and_llama_sentencepiece_models_tokenize_as_transformers_converts_them() {
 fn without_t5s_config_the_same_model_gives_other_ids() {
     let dir = std::env::temp_dir().join(format!("zoo-spm-bare-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(fixture("t5-unigram").join("spiece.model"), dir.join("spiece.model")).unwrap();
+    std::fs::copy(
+        fixture("t5-unigram").join("spiece.model"),
+        dir.join("spiece.model"),
+    )
+    .unwrap();
     let bare = LmTokenizer::from_pretrained(&dir).unwrap();
     let t5 = LmTokenizer::from_pretrained(fixture("t5-unigram")).unwrap();
     let text = "ROMEO: Wherefore art thou, Romeo?";
@@ -91,7 +107,11 @@ fn marian_folders_map_both_sides_through_vocab_json() {
     assert_eq!(check_cases("marian", &tok, &e["cases"]), 8);
     for case in e["target_cases"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
-        assert_eq!(tok.encode_target(text).unwrap(), ids(&case["ids"]), "target {text:?}");
+        assert_eq!(
+            tok.encode_target(text).unwrap(),
+            ids(&case["ids"]),
+            "target {text:?}"
+        );
     }
     // The sides differ: the target model, trained on lowercased text, cuts otherwise.
     let text = e["target_cases"][0]["text"].as_str().unwrap();
@@ -120,10 +140,16 @@ fn broken_sentencepiece_folders_are_named_errors() {
     std::fs::create_dir_all(&dir).unwrap();
     let err = |dir: &Path| LmTokenizer::from_pretrained(dir).unwrap_err().to_string();
     let e = err(&dir);
-    assert!(e.contains("no tokenizer: neither tokenizer.json nor a SentencePiece model"), "{e}");
+    assert!(
+        e.contains("no tokenizer: neither tokenizer.json nor a SentencePiece model"),
+        "{e}"
+    );
     std::fs::write(dir.join("tokenizer.model"), b"this is not a protobuf").unwrap();
     let e = err(&dir);
-    assert!(e.contains("tokenizer.model: not a SentencePiece model (protobuf)"), "{e}");
+    assert!(
+        e.contains("tokenizer.model: not a SentencePiece model (protobuf)"),
+        "{e}"
+    );
     std::fs::remove_file(dir.join("tokenizer.model")).unwrap();
     // Marian: source.spm without vocab.json, then a vocab.json without <unk>.
     std::fs::copy(fixture("marian").join("source.spm"), dir.join("source.spm")).unwrap();

@@ -447,14 +447,20 @@ fn tokenize(dir: &Path, text: &str, target: bool) -> Result<()> {
             dir.display()
         )));
     }
-    let ids: Vec<usize> = if !dir.join("tokenizer.json").is_file() && dir.join("vocab.txt").is_file() {
+    let ids: Vec<usize> = if !dir.join("tokenizer.json").is_file()
+        && dir.join("vocab.txt").is_file()
+    {
         let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap_or_default();
         let lowercase = serde_json::from_str::<serde_json::Value>(&config)
             .ok()
             .and_then(|c| c["do_lower_case"].as_bool())
             .unwrap_or(true);
         let tok = BertTokenizer::from_vocab(dir.join("vocab.txt"), lowercase, usize::MAX)?;
-        tok.encode(text)?.ids.iter().map(|&id| id as usize).collect()
+        tok.encode(text)?
+            .ids
+            .iter()
+            .map(|&id| id as usize)
+            .collect()
     } else {
         let tok = LmTokenizer::from_pretrained(dir)?;
         if target {
@@ -463,7 +469,10 @@ fn tokenize(dir: &Path, text: &str, target: bool) -> Result<()> {
             tok.encode(text)?
         }
     };
-    outln!("{}", serde_json::to_string(&ids).map_err(|e| CliError::Input(e.to_string()))?);
+    outln!(
+        "{}",
+        serde_json::to_string(&ids).map_err(|e| CliError::Input(e.to_string()))?
+    );
     Ok(())
 }
 

@@ -12,7 +12,7 @@ jobs=${2:-2}
 shift $(( $# > 2 ? 2 : $# ))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(config_json safetensors tokenizer_json sentence_files cli_input image train_config)
+    targets=(config_json safetensors tokenizer_json sentencepiece_model sentence_files cli_input image train_config)
 fi
 cargo +nightly fuzz build --sanitizer none
 mkdir -p logs

@@ -140,6 +140,37 @@ pub fn tokenizer_json(bytes: &[u8]) -> Outcome {
     lm.or(bert).map_err(message)
 }
 
+/// A SentencePiece model file (`tokenizer.model`), converted into a tokenizer with the
+/// model's own settings, then encoding and decoding; and the same bytes as Marian's
+/// `source.spm` beside a small `vocab.json`.
+pub fn sentencepiece_model(bytes: &[u8]) -> Outcome {
+    let run = |dir: &Path| {
+        zoo_data::LmTokenizer::from_pretrained(dir).and_then(|tok| {
+            for text in [
+                "Hello, world",
+                ">>fra<< ROMEO: Wherefore art thou",
+                "é字 🦀  \t",
+                "",
+            ] {
+                let ids = tok.encode(text)?;
+                tok.decode(&ids)?;
+            }
+            Ok(())
+        })
+    };
+    let dir = scratch("sentencepiece");
+    write(&dir, "tokenizer.model", bytes);
+    let plain = run(&dir);
+    let marian = scratch("sentencepiece-marian");
+    write(&marian, "source.spm", bytes);
+    write(
+        &marian,
+        "vocab.json",
+        br#"{"</s>": 0, "<unk>": 1, "\u2581the": 2, ">>fra<<": 3}"#,
+    );
+    plain.and(run(&marian)).map_err(message)
+}
+
 /// The sentence-transformers files around a sound tiny encoder: `modules.json` from
 /// `modules`, and the pooling module's `config.json` from `pooling`.
 pub fn sentence_files(modules: &[u8], pooling: &[u8], model: &Path) -> Outcome {

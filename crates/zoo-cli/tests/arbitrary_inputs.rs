@@ -390,6 +390,15 @@ fn any_tokenizer_json_is_read_or_refused() {
 }
 
 #[test]
+fn any_sentencepiece_model_is_read_or_refused() {
+    let seed = read("crates/zoo-data/tests/fixtures/spm/llama-bpe/tokenizer.model");
+    entry::sentencepiece_model(&seed).unwrap();
+    check(mutations(vec![seed], &[]), 96, false, |b| {
+        entry::sentencepiece_model(&b)
+    });
+}
+
+#[test]
 fn any_image_or_preprocessor_config_is_read_or_refused() {
     let seeds = ["gradient.png", "gradient.jpg", "preprocessor_config.json"]
         .iter()

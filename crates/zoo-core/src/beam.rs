@@ -47,6 +47,9 @@ pub struct BeamConfig {
     pub banned_tokens: Vec<usize>,
     /// A token forced at the last position the length allows (HF's `forced_eos_token_id`).
     pub forced_eos: Option<usize>,
+    /// A token forced as the first new one (HF's `forced_bos_token_id`, which forces it
+    /// at length 1: after an encoder-decoder's start token).
+    pub forced_bos: Option<usize>,
     /// Token that left-pads shorter prompts (masked; any valid id).
     pub pad_id: usize,
     /// Decode with the KV cache (reordered as beams move) or recompute every step.
@@ -66,9 +69,16 @@ impl BeamConfig {
             stop_tokens: Vec::new(),
             banned_tokens: Vec::new(),
             forced_eos: None,
+            forced_bos: None,
             pad_id: 0,
             use_cache: true,
         }
+    }
+
+    /// The token forced as the first new one.
+    pub fn with_forced_bos(mut self, token: usize) -> Self {
+        self.forced_bos = Some(token);
+        self
     }
 
     /// The stop tokens.
@@ -187,6 +197,16 @@ pub fn beam_search<M: CausalLm>(
     let vocab = model.vocab_size();
     check_ids(prompts, cfg.pad_id, vocab, max_len)?;
     check_banned(&cfg.banned_tokens, vocab)?;
+    for (what, token) in [
+        ("forced_bos", cfg.forced_bos),
+        ("forced_eos", cfg.forced_eos),
+    ] {
+        if let Some(t) = token.filter(|&t| t >= vocab) {
+            return Err(CoreError::Generation(format!(
+                "{what} token {t} is out of range for vocab_size {vocab}"
+            )));
+        }
+    }
     if let Some(t) = cfg.stop_tokens.iter().find(|&&t| t >= vocab) {
         return Err(CoreError::Generation(format!(
             "stop token {t} is out of range for vocab_size {vocab}"
@@ -268,10 +288,17 @@ pub fn beam_search<M: CausalLm>(
                 {
                     lp[t] = f32::NEG_INFINITY;
                 }
-                if let (Some(eos), true) = (cfg.forced_eos, last_step) {
-                    // As HF's processor: the forced token costs nothing, all others are out.
+                // HF's order: the forced BOS at length 1, then the forced EOS at the
+                // last step, which wins where both apply.
+                let forced = match (cfg.forced_eos, cfg.forced_bos) {
+                    (Some(eos), _) if last_step => Some(eos),
+                    (_, Some(bos)) if cur_len == 1 => Some(bos),
+                    _ => None,
+                };
+                if let Some(forced) = forced {
+                    // As HF's processors: the forced token costs nothing, all others are out.
                     for (t, x) in lp.iter_mut().enumerate() {
-                        *x = if t == eos { 0.0 } else { f32::NEG_INFINITY };
+                        *x = if t == forced { 0.0 } else { f32::NEG_INFINITY };
                     }
                 }
                 scores.extend(lp.into_iter().map(|x| x + running[r]));

@@ -252,6 +252,9 @@ pub struct MarianConfig {
     /// A token forced at the last position generation allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced_eos_token_id: Option<usize>,
+    /// A token forced as the first generated one (mBART-50's target language code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced_bos_token_id: Option<usize>,
     /// Token sequences never generated; single tokens are supported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bad_words_ids: Option<Vec<Vec<usize>>>,
@@ -274,7 +277,53 @@ fn marian_dropout() -> f64 {
     0.1
 }
 
+/// The architectures [`MarianConfig`] describes, told apart by `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarianVariant {
+    /// Marian (`marian`), or the original Transformer: computed sinusoids, post-norm.
+    Marian,
+    /// BART (`bart`, Lewis et al., 2019): learned positions offset by 2, a LayerNorm on
+    /// the embeddings of each stack, post-norm layers.
+    Bart,
+    /// mBART (`mbart`, Liu et al., 2020): BART's embeddings, pre-norm layers, and a
+    /// LayerNorm after the last layer of each stack.
+    MBart,
+}
+
+impl MarianVariant {
+    /// HF's `model_type` of the variant.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Self::Marian => "marian",
+            Self::Bart => "bart",
+            Self::MBart => "mbart",
+        }
+    }
+
+    /// HF's class of the variant with its language-model head.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Self::Marian => "MarianMTModel",
+            Self::Bart => "BartForConditionalGeneration",
+            Self::MBart => "MBartForConditionalGeneration",
+        }
+    }
+
+    /// Learned positions: the table's rows start at this offset (HF's
+    /// `BartLearnedPositionalEmbedding`), and it has `max_position_embeddings + 2` rows.
+    pub const POSITION_OFFSET: usize = 2;
+}
+
 impl MarianConfig {
+    /// Which architecture this is, by `model_type` (Marian when it names none).
+    pub fn variant(&self) -> MarianVariant {
+        match self.other.get("model_type").and_then(Value::as_str) {
+            Some("bart") => MarianVariant::Bart,
+            Some("mbart") => MarianVariant::MBart,
+            _ => MarianVariant::Marian,
+        }
+    }
+
     /// The original Transformer (Vaswani et al., 2017): post-norm, ReLU, interleaved
     /// sinusoidal positions, one embedding shared by source, target and output and scaled
     /// by `sqrt(d_model)`. Tokens: `pad` is also the decoder's first token.
@@ -307,6 +356,7 @@ impl MarianConfig {
             eos_token_id: TokenIds::One(eos),
             decoder_start_token_id: None,
             forced_eos_token_id: None,
+            forced_bos_token_id: None,
             bad_words_ids: None,
             decoder_vocab_size: None,
             share_encoder_decoder_embeddings: true,
@@ -396,6 +446,7 @@ impl MarianConfig {
             ("decoder_start_token_id", self.start_id()),
         ];
         named.extend(self.forced_eos_token_id.map(|t| ("forced_eos_token_id", t)));
+        named.extend(self.forced_bos_token_id.map(|t| ("forced_bos_token_id", t)));
         named.extend(
             self.banned_tokens()
                 .into_iter()

@@ -230,7 +230,7 @@ pub fn generate_from<M: EncoderDecoder>(
 }
 
 /// Beam search from each source, as [`generate_from`] starts and stops, with the
-/// model's forced end token and banned tokens (Marian's) added to `cfg`'s.
+/// model's forced first and end tokens and banned tokens (Marian's) added to `cfg`'s.
 ///
 /// # Errors
 /// As [`generate_from`], and `num_beams = 0`.
@@ -244,6 +244,7 @@ pub fn beam_from<M: EncoderDecoder>(
     cfg.stop_tokens.extend(model.eos_ids());
     cfg.banned_tokens.extend(model.banned_tokens());
     cfg.forced_eos = cfg.forced_eos.or(model.forced_eos());
+    cfg.forced_bos = cfg.forced_bos.or(model.forced_bos());
     cfg.pad_id = model.pad_id();
     beam_search(&encoded, &prompts, &cfg).map_err(core)
 }

@@ -257,6 +257,11 @@ pub trait EncoderDecoder {
     fn forced_eos(&self) -> Option<usize> {
         None
     }
+    /// A token generation forces as the first new one (HF's `forced_bos_token_id`:
+    /// mBART-50's target language).
+    fn forced_bos(&self) -> Option<usize> {
+        None
+    }
     /// Tokens generation never picks (HF's single-token `bad_words_ids`).
     fn banned_tokens(&self) -> Vec<usize> {
         Vec::new()

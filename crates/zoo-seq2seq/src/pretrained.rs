@@ -1,5 +1,5 @@
-//! HF checkpoints of the encoder-decoder family: `T5ForConditionalGeneration` and
-//! `MarianMTModel` load from `config.json` and their weights (safetensors, sharded, or
+//! HF checkpoints of the encoder-decoder family: `T5ForConditionalGeneration`,
+//! `MarianMTModel`, `BartForConditionalGeneration` and `MBartForConditionalGeneration` load from `config.json` and their weights (safetensors, sharded, or
 //! `pytorch_model.bin`) and save back in HF's layout, through `zoo-core`'s shared loader,
 //! which names every missing, unexpected and mis-shaped tensor.
 //!
@@ -22,6 +22,14 @@
 //! | `….fc1`, `….fc2`, `….final_layer_norm` | `….mlp.up_proj`, `….mlp.down_proj`, `….norm_2` |
 //! | `final_logits_bias` | `final_logits_bias` |
 //!
+//! BART and mBART share Marian's layer names, and add:
+//!
+//! | HF name (BART, mBART) | module path |
+//! |---|---|
+//! | `model.{encoder,decoder}.embed_positions` | `frame.{encoder,decoder}_positions` |
+//! | `model.{encoder,decoder}.layernorm_embedding` | `frame.{encoder,decoder}_embed_norm` |
+//! | `model.encoder.layer_norm`, `model.decoder.layer_norm` (mBART) | `frame.final_norms.0`, `frame.final_norms.1` |
+//!
 //! Tied copies (`encoder.embed_tokens`, `lm_head` when tied) and Marian's computed
 //! `embed_positions` are not weights of the model and are skipped.
 
@@ -31,7 +39,7 @@ use burn::tensor::Device;
 use zoo_core::checkpoint::{self, KeyMap};
 use zoo_core::validate;
 
-use crate::config::{MarianConfig, T5Config};
+use crate::config::{MarianConfig, MarianVariant, T5Config};
 use crate::error::Result;
 use crate::marian::MarianMtModel;
 use crate::t5::T5ForConditionalGeneration;
@@ -141,11 +149,31 @@ fn t5_map(cfg: &T5Config) -> KeyMap {
     }
 }
 
-fn marian_map() -> KeyMap {
-    KeyMap::new()
-        .names(&MARIAN_NAMES)
-        .ignore(r"^model\.(encoder|decoder)\.(embed_tokens|embed_positions)\.weight$")
-        .ignore(r"^lm_head\.weight$")
+/// What BART and mBART add to Marian's names.
+const BART_NAMES: [(&str, &str); 4] = [
+    (
+        "model.{encoder|decoder}.embed_positions.",
+        "frame.{encoder|decoder}_positions.",
+    ),
+    (
+        "model.{encoder|decoder}.layernorm_embedding.",
+        "frame.{encoder|decoder}_embed_norm.",
+    ),
+    ("model.encoder.layer_norm.", "frame.final_norms.0."),
+    ("model.decoder.layer_norm.", "frame.final_norms.1."),
+];
+
+fn marian_map(variant: MarianVariant) -> KeyMap {
+    let map = KeyMap::new().names(&MARIAN_NAMES);
+    match variant {
+        MarianVariant::Marian => {
+            map.ignore(r"^model\.(encoder|decoder)\.(embed_tokens|embed_positions)\.weight$")
+        }
+        MarianVariant::Bart | MarianVariant::MBart => map
+            .names(&BART_NAMES)
+            .ignore(r"^model\.(encoder|decoder)\.embed_tokens\.weight$"),
+    }
+    .ignore(r"^lm_head\.weight$")
 }
 
 fn model_type(cfg: &serde_json::Map<String, serde_json::Value>) -> Option<&str> {
@@ -187,35 +215,51 @@ impl T5ForConditionalGeneration {
 }
 
 impl MarianMtModel {
-    /// Loads an HF `MarianMTModel` checkpoint folder.
+    /// Loads an HF `MarianMTModel`, `BartForConditionalGeneration` or
+    /// `MBartForConditionalGeneration` checkpoint folder (by `model_type`: marian, bart,
+    /// mbart). A forced first token that transformers keeps in `generation_config.json`
+    /// only (`forced_bos_token_id`) is read from there when `config.json` has none.
     ///
     /// # Errors
     /// As [`T5ForConditionalGeneration::from_pretrained`].
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
-        let cfg: MarianConfig = checkpoint::read_valid_config(dir, |c: &MarianConfig| {
-            validate::model_type(model_type(&c.other), "marian", "Marian")?;
+        let mut cfg: MarianConfig = checkpoint::read_valid_config(dir, |c: &MarianConfig| {
+            let family = match c.variant() {
+                MarianVariant::Marian => "Marian",
+                MarianVariant::Bart => "BART",
+                MarianVariant::MBart => "mBART",
+            };
+            validate::model_type(model_type(&c.other), c.variant().model_type(), family)?;
             c.validate()
         })?;
+        if cfg.forced_bos_token_id.is_none()
+            && let Some(generation) = checkpoint::GenerationDefaults::from_pretrained(dir)?
+            && let Some(bos) = generation.other.get("forced_bos_token_id")
+        {
+            cfg.forced_bos_token_id = bos.as_u64().and_then(|b| usize::try_from(b).ok());
+            cfg.validate()?;
+        }
         let mut model = cfg.init(device)?;
-        checkpoint::load_into(&mut model, dir, &marian_map())?;
+        checkpoint::load_into(&mut model, dir, &marian_map(cfg.variant()))?;
         Ok(model)
     }
 
-    /// Writes the model as an HF `MarianMTModel` folder (the original Transformer's
-    /// config keeps `sinusoid_layout: interleaved`, which HF does not read).
+    /// Writes the model as an HF folder of its variant's class (`MarianMTModel`, or
+    /// BART's or mBART's; the original Transformer's config keeps `sinusoid_layout:
+    /// interleaved`, which HF does not read).
     ///
     /// # Errors
     /// A folder that cannot be written.
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
-        let (cfg, arch) = (self.config(), "MarianMTModel");
+        let (cfg, variant) = (self.config(), self.config().variant());
         Ok(checkpoint::save_pretrained(
             self,
             dir.as_ref(),
-            &marian_map(),
+            &marian_map(variant),
             cfg,
-            "marian",
-            arch,
+            variant.model_type(),
+            variant.architecture(),
         )?)
     }
 }

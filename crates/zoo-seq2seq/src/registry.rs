@@ -30,9 +30,16 @@ pub const ARCHITECTURES: &[Architecture] = &[
         },
         load_adapted: None,
     },
+    marian_row("marian", "MarianMTModel"),
+    marian_row("bart", "BartForConditionalGeneration"),
+    marian_row("mbart", "MBartForConditionalGeneration"),
+];
+
+/// A row of Marian's model, whose variant `config.json`'s `model_type` picks.
+const fn marian_row(model_type: &'static str, name: &'static str) -> Architecture {
     Architecture {
-        model_type: "marian",
-        name: "MarianMTModel",
+        model_type,
+        name,
         inputs: INPUTS,
         tasks: TASKS,
         load: |dir, device| {
@@ -41,8 +48,8 @@ pub const ARCHITECTURES: &[Architecture] = &[
             ))
         },
         load_adapted: None,
-    },
-];
+    }
+}
 
 /// Teacher-forced logits: `input_ids` (with `attention_mask`) is the source,
 /// `decoder_input_ids` the decoder's input.

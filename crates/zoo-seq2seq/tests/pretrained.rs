@@ -18,7 +18,7 @@ use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_fixtures::Output;
 use zoo_seq2seq::{
-    DecodeInput, Encoded, EncoderDecoder, MarianMtModel, Memory, Source,
+    DecodeInput, Encoded, EncoderDecoder, Frame, MarianMtModel, MarianVariant, Memory, Source,
     T5ForConditionalGeneration, beam_from, generate_from,
 };
 
@@ -42,7 +42,13 @@ fn expected(name: &str) -> Expected {
     zoo_fixtures::expected(&fixture(name))
 }
 
-const MODELS: [&str; 3] = ["t5-tiny", "t5-tiny-tied", "marian-tiny"];
+const MODELS: [&str; 5] = [
+    "t5-tiny",
+    "t5-tiny-tied",
+    "marian-tiny",
+    "bart-tiny",
+    "mbart-tiny",
+];
 
 fn ids(rows: &[Vec<i64>], device: &Device) -> Tensor<2, Int> {
     let flat: Vec<i64> = rows.iter().flatten().copied().collect();
@@ -136,6 +142,54 @@ fn the_fixtures_exercise_what_they_claim() {
     assert_eq!(marian.config().forced_eos_token_id, Some(1));
     // Beam search finds other sequences than greedy on T5, so the beam check is not greedy.
     assert_ne!(expected("t5-tiny").beam, expected("t5-tiny").greedy);
+    // BART: learned positions (42 rows for 40 positions) and embedding norms, post-norm;
+    // mBART: the same, pre-norm, with both final norms and a forced first token read
+    // from generation_config.json.
+    for (name, variant, final_norms) in [
+        ("bart-tiny", MarianVariant::Bart, 0),
+        ("mbart-tiny", MarianVariant::MBart, 2),
+    ] {
+        let m = MarianMtModel::from_pretrained(fixture(name), &device).unwrap();
+        assert_eq!(m.config().variant(), variant);
+        let Frame::Learned(frame) = &m.frame else {
+            panic!("{name} has no learned positions");
+        };
+        assert_eq!(frame.encoder_positions.weight.dims(), [42, 16]);
+        assert_eq!(frame.final_norms.len(), final_norms, "{name}");
+    }
+    let mbart = MarianMtModel::from_pretrained(fixture("mbart-tiny"), &device).unwrap();
+    assert_eq!(mbart.config().forced_bos_token_id, Some(5));
+    assert!(expected("mbart-tiny").greedy.iter().all(|row| row[0] == 5));
+}
+
+/// The forced first token is what puts mBART's 5 first: without it, greedy search
+/// starts elsewhere (a negative control of the forced-BOS check above).
+#[test]
+fn without_its_forced_bos_mbart_starts_elsewhere() {
+    let device = test_device();
+    let e = expected("mbart-tiny");
+    let dir = std::env::temp_dir().join(format!("zoo-seq2seq-mbart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixture("mbart-tiny").join(f), dir.join(f)).unwrap();
+    }
+    let free = MarianMtModel::from_pretrained(&dir, &device).unwrap();
+    assert_eq!(free.config().forced_bos_token_id, None);
+    let greedy = beam_from(&free, &e.sources, &BeamConfig::new(1, 10)).unwrap();
+    assert!(
+        greedy.tokens.iter().all(|row| row[0] != 5),
+        "{:?}",
+        greedy.tokens
+    );
+    let forced = beam_from(
+        &free,
+        &e.sources,
+        &BeamConfig::new(1, 10).with_forced_bos(5),
+    )
+    .unwrap();
+    assert_eq!(padded(&forced.tokens, e.greedy[0].len()), e.greedy);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -330,8 +384,10 @@ fn configurations_count_the_parameters_their_models_have() {
         let m = T5ForConditionalGeneration::from_pretrained(fixture(name), &device).unwrap();
         assert_eq!(m.config().num_params().unwrap(), m.num_params(), "{name}");
     }
-    let m = MarianMtModel::from_pretrained(fixture("marian-tiny"), &device).unwrap();
-    assert_eq!(m.config().num_params(), m.num_params());
+    for name in ["marian-tiny", "bart-tiny", "mbart-tiny"] {
+        let m = MarianMtModel::from_pretrained(fixture(name), &device).unwrap();
+        assert_eq!(m.config().num_params(), m.num_params(), "{name}");
+    }
     // The original Transformer by configuration (the G2P example's sizes).
     let cfg = zoo_seq2seq::MarianConfig::transformer(60, 128, 3, 4, 512, 64, 0, 1);
     assert_eq!(cfg.num_params(), cfg.init(&device).unwrap().num_params());

@@ -167,7 +167,7 @@ fn forward_matches_transformers_for_every_family() {
         }
         check_forward(&dir, input, outputs);
     }
-    for name in ["t5-tiny", "marian-tiny"] {
+    for name in ["t5-tiny", "marian-tiny", "bart-tiny", "mbart-tiny"] {
         let dir = fixture("zoo-seq2seq", name);
         let e = read_json(&dir.join("expected.json"));
         // The second source is 9 tokens, padded to 12 with 0.
@@ -641,7 +641,14 @@ fn generate_streams_the_library_s_greedy_text() {
 
 #[test]
 fn translate_gives_transformers_beam_search_output() {
-    for name in ["t5-tiny", "t5-tiny-tied", "marian-tiny"] {
+    let models = [
+        "t5-tiny",
+        "t5-tiny-tied",
+        "marian-tiny",
+        "bart-tiny",
+        "mbart-tiny",
+    ];
+    for name in models {
         let dir = fixture("zoo-seq2seq", name);
         let e = read_json(&dir.join("expected.json"));
         let text = e["text"].as_str().unwrap();
@@ -1175,7 +1182,7 @@ fn bad_input_is_one_line_naming_the_problem() {
     folder("deeper", &|c| c["n_layer"] = 3.into(), true);
     folder("wider", &|c| c["n_inner"] = 48.into(), true);
     folder("falcon", &|c| c["model_type"] = "falcon".into(), true);
-    folder("bart", &|c| c["model_type"] = "bart".into(), true);
+    folder("reformer", &|c| c["model_type"] = "reformer".into(), true);
     folder(
         "qa",
         &|c| {
@@ -1248,9 +1255,9 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian, bart, mbart",
         ),
-        ("info --model {tmp}/bart", "unknown model_type \"bart\""),
+        ("info --model {tmp}/reformer", "unknown model_type \"reformer\""),
         (
             "info --model {tmp}/qa",
             "architecture \"BertForNextSentencePrediction\" of model_type \"bert\" is not \
@@ -1369,7 +1376,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "translate --model {gpt2} --text hi",
-            "translate needs an encoder-decoder model (t5, marian)",
+            "translate needs an encoder-decoder model (t5, marian, bart, mbart)",
         ),
         (
             "translate --model {t5} --text hi --num-beams 0",
@@ -1485,7 +1492,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         // Tokenizer and generation files.
         (
             "generate --model {tmp}/no-tokenizer --prompt hi",
-            "tokenizer.json: no such file",
+            "no-tokenizer: no tokenizer: neither tokenizer.json nor a SentencePiece model",
         ),
         (
             "generate --model {tmp}/bad-tokenizer --prompt hi",
@@ -1627,7 +1634,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "train --model {roberta-cls} --task seq2seq --train {tmp}/t-train.csv --output {tmp}/t-out",
-            "--task seq2seq needs an encoder-decoder (t5, marian)",
+            "--task seq2seq needs an encoder-decoder (t5, marian, bart, mbart)",
         ),
         (
             "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {gpt2}",

@@ -338,13 +338,16 @@ mod tests {
     fn every_family_contributes_its_rows() {
         assert_eq!(
             model_types(None).join(", "),
-            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian"
+            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian, bart, mbart"
         );
         assert_eq!(
             model_types(Some(Task::Generate)).join(", "),
             "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral"
         );
-        assert_eq!(model_types(Some(Task::Translate)).join(", "), "t5, marian");
+        assert_eq!(
+            model_types(Some(Task::Translate)).join(", "),
+            "t5, marian, bart, mbart"
+        );
         assert_eq!(
             architecture_names(Task::Classify).join(", "),
             "BertForSequenceClassification, RobertaForSequenceClassification, \

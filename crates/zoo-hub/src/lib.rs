@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod hub;
+pub mod pipelines;
 mod text;
 
 pub use text::TextGeneration;

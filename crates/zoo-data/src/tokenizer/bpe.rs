@@ -150,11 +150,88 @@ impl LmTokenizer {
         Ok(all.get(head..).unwrap_or_default().to_string())
     }
 
-    /// The text of `ids`, special tokens left out.
+    /// `text`'s ids, tokens, character offsets and special-token mask, with the special
+    /// tokens the tokenizer adds (`tokenizer.json` folders; not Marian's pair).
+    ///
+    /// # Errors
+    /// What the tokenizer rejects; a Marian folder.
+    pub fn encode_detailed(&self, text: &str) -> Result<DetailedEncoding> {
+        if self.marian.is_some() {
+            return Err(tok_err(
+                "encode",
+                "Marian's tokenizer gives ids only, not tokens and offsets",
+            ));
+        }
+        let enc = super::guarded("encode", || self.inner.encode_char_offsets(text, true))?;
+        Ok(DetailedEncoding {
+            ids: enc.get_ids().iter().map(|&id| id as usize).collect(),
+            tokens: enc.get_tokens().to_vec(),
+            offsets: enc.get_offsets().to_vec(),
+            special: enc
+                .get_special_tokens_mask()
+                .iter()
+                .map(|&m| m == 1)
+                .collect(),
+        })
+    }
+
+    /// The token of an id, if the vocabulary has it.
+    pub fn id_to_token(&self, id: usize) -> Option<String> {
+        u32::try_from(id)
+            .ok()
+            .and_then(|id| self.inner.id_to_token(id))
+    }
+
+    /// The text of `tokens` joined as the decoder joins them (HF's
+    /// `convert_tokens_to_string`).
+    ///
+    /// # Errors
+    /// What the decoder rejects.
+    pub fn tokens_to_string(&self, tokens: &[String]) -> Result<String> {
+        use tokenizers::Decoder as _;
+        match self.inner.get_decoder() {
+            Some(decoder) => super::guarded("decode", || decoder.decode(tokens.to_vec())),
+            None => Ok(tokens.concat()),
+        }
+    }
+
+    /// Whether the model marks a word's later pieces with a prefix (WordPiece's `##`):
+    /// then a token whose text is longer than its span is a piece of a word.
+    pub fn has_subword_prefix(&self) -> bool {
+        use tokenizers::models::ModelWrapper;
+        match self.inner.get_model() {
+            ModelWrapper::WordPiece(m) => !m.continuing_subword_prefix.is_empty(),
+            ModelWrapper::BPE(m) => m
+                .continuing_subword_prefix
+                .as_deref()
+                .is_some_and(|p| !p.is_empty()),
+            ModelWrapper::WordLevel(_) | ModelWrapper::Unigram(_) => false,
+        }
+    }
+
+    /// The id of the model's unknown token, if it has one.
+    pub fn unk_id(&self) -> Option<usize> {
+        use tokenizers::models::ModelWrapper;
+        let token = match self.inner.get_model() {
+            ModelWrapper::WordPiece(m) => Some(m.unk_token.clone()),
+            ModelWrapper::BPE(m) => m.unk_token.clone(),
+            ModelWrapper::WordLevel(m) => Some(m.unk_token.clone()),
+            ModelWrapper::Unigram(_) => None,
+        };
+        token.and_then(|t| self.token_id(&t))
+    }
+
+    /// The text of `ids`, with the special tokens kept unless `skip_special`.
     ///
     /// # Errors
     /// An id outside the vocabulary, named.
-    pub fn decode(&self, ids: &[usize]) -> Result<String> {
+    pub fn decode_with(&self, ids: &[usize], skip_special: bool) -> Result<String> {
+        self.check_ids(ids)?;
+        let ids: Vec<u32> = ids.iter().map(|&id| id as u32).collect();
+        super::guarded("decode", || self.inner.decode(&ids, skip_special))
+    }
+
+    fn check_ids(&self, ids: &[usize]) -> Result<()> {
         let vocab = self.vocab_size();
         let missing =
             |id: usize| u32::try_from(id).map_or(true, |id| self.inner.id_to_token(id).is_none());
@@ -164,8 +241,15 @@ impl LmTokenizer {
                 format!("token id {id} is out of range for vocab_size {vocab}"),
             ));
         }
-        let ids: Vec<u32> = ids.iter().map(|&id| id as u32).collect();
-        super::guarded("decode", || self.inner.decode(&ids, true))
+        Ok(())
+    }
+
+    /// The text of `ids`, special tokens left out.
+    ///
+    /// # Errors
+    /// An id outside the vocabulary, named.
+    pub fn decode(&self, ids: &[usize]) -> Result<String> {
+        self.decode_with(ids, true)
     }
 }
 
@@ -193,6 +277,20 @@ fn flavour(dir: &Path) -> Flavour {
         add_bos: tokenizer["add_bos_token"].as_bool().unwrap_or(false),
         add_eos: tokenizer["add_eos_token"].as_bool().unwrap_or(false),
     }
+}
+
+/// A text's encoding with what HF's pipelines read beside the ids: the tokens, their
+/// character spans in the text, and which tokens the tokenizer added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetailedEncoding {
+    /// Token ids, special tokens included.
+    pub ids: Vec<usize>,
+    /// The tokens, as the vocabulary spells them.
+    pub tokens: Vec<String>,
+    /// Each token's span in the text, in characters (`(0, 0)` for an added token).
+    pub offsets: Vec<(usize, usize)>,
+    /// Whether each token is one the tokenizer added (`[CLS]`, `</s>`).
+    pub special: Vec<bool>,
 }
 
 /// Turns tokens into text as they come: each [`TextStream::push`] returns the text that

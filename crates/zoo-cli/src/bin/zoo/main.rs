@@ -7,6 +7,8 @@
 //! zoo chat     --model DIR [--messages FILE.json [--render]] [--system TEXT] ...
 //! zoo translate --model DIR --text TEXT [--num-beams N] ...
 //! zoo tokenize --model DIR --text TEXT [--target]
+//! zoo fill-mask --model DIR --text TEXT [--top-k K]
+//! zoo ner      --model DIR --text TEXT [--aggregation none|simple|first]
 //! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
 //! zoo embed    --model DIR --input IN.json --output OUT.json
 //! zoo train    --model DIR --task TASK --train FILE [--valid FILE] --output DIR ...
@@ -62,6 +64,7 @@ use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
 use zoo_data::{BertTokenizer, LmTokenizer};
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::hub::{self, HubOptions};
+use zoo_hub::pipelines;
 use zoo_hub::{AutoModel, Detected, architecture_names, model_types};
 
 use zoo_cli::error::{CliError, Result};
@@ -128,6 +131,33 @@ enum Command {
     /// Translates a text (or does what the model was trained for) with an encoder-decoder
     /// model, reading the folder's tokenizer (tokenizer.json, or its SentencePiece files).
     Translate(TranslateArgs),
+    /// The most probable tokens for each mask (`[MASK]` or `<mask>`) of a text, from a
+    /// masked LM, as transformers' fill-mask pipeline gives them (JSON).
+    FillMask {
+        /// The checkpoint folder, or a hub id (org/name).
+        #[arg(long)]
+        model: PathBuf,
+        /// The text, with one mask or more.
+        #[arg(long)]
+        text: String,
+        /// How many tokens for each mask.
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+    },
+    /// Named entities of a text from a token classifier, as transformers'
+    /// token-classification pipeline gives them (JSON, with character offsets).
+    Ner {
+        /// The checkpoint folder, or a hub id (org/name).
+        #[arg(long)]
+        model: PathBuf,
+        /// The text.
+        #[arg(long)]
+        text: String,
+        /// none (a label per token), simple (adjacent tokens of one type grouped) or
+        /// first (each word labelled by its first token, then grouped).
+        #[arg(long, default_value = "simple")]
+        aggregation: String,
+    },
     /// Prints the token ids of a text as one JSON list, special tokens included, as
     /// `transformers`' tokenizer gives them: from tokenizer.json, a SentencePiece model
     /// (spiece.model, tokenizer.model), Marian's source.spm / target.spm with vocab.json,
@@ -249,7 +279,9 @@ fn locate_model(command: &mut Command) -> Result<()> {
         | Command::Classify { model, .. }
         | Command::Merge { model, .. }
         | Command::Embed { model, .. }
-        | Command::Tokenize { model, .. } => model,
+        | Command::Tokenize { model, .. }
+        | Command::FillMask { model, .. }
+        | Command::Ner { model, .. } => model,
         Command::Generate(args) => &mut args.model,
         Command::Chat(args) => &mut args.model,
         Command::Translate(args) => &mut args.model,
@@ -282,6 +314,12 @@ fn run(mut cli: Cli) -> Result<()> {
             text,
             target,
         } => tokenize(&model, &text, target),
+        Command::FillMask { model, text, top_k } => fill_mask(&model, &text, top_k, &device()?),
+        Command::Ner {
+            model,
+            text,
+            aggregation,
+        } => ner(&model, &text, &aggregation, &device()?),
         Command::Classify {
             model,
             image,
@@ -474,6 +512,61 @@ fn tokenize(dir: &Path, text: &str, target: bool) -> Result<()> {
         serde_json::to_string(&ids).map_err(|e| CliError::Input(e.to_string()))?
     );
     Ok(())
+}
+
+/// `zoo fill-mask`: [`pipelines::fill_mask`], printed as HF's pipeline returns it: a
+/// list of candidates for one mask, a list of such lists for several.
+fn fill_mask(dir: &Path, text: &str, top_k: usize, device: &Device) -> Result<()> {
+    let model = AutoModel::from_pretrained(dir, device)?;
+    let tokenizer = LmTokenizer::from_pretrained(dir)?;
+    let fills = pipelines::fill_mask(&model, &tokenizer, text, top_k, device)?;
+    let rows: Vec<serde_json::Value> = fills
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "score": f.score, "token": f.token,
+                        "token_str": f.token_str, "sequence": f.sequence,
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let out = match rows.as_slice() {
+        [one] => one.clone(),
+        _ => serde_json::Value::Array(rows),
+    };
+    outln!("{}", json_text(&out)?);
+    Ok(())
+}
+
+/// `zoo ner`: [`pipelines::token_classification`], printed with HF's keys (`entity`
+/// and `index` per token, `entity_group` when aggregated).
+fn ner(dir: &Path, text: &str, aggregation: &str, device: &Device) -> Result<()> {
+    let aggregation: pipelines::Aggregation = aggregation.parse().map_err(CliError::Input)?;
+    let model = AutoModel::from_pretrained(dir, device)?;
+    let tokenizer = LmTokenizer::from_pretrained(dir)?;
+    let entities = pipelines::token_classification(&model, &tokenizer, text, aggregation, device)?;
+    let out: Vec<serde_json::Value> = entities
+        .iter()
+        .map(|e| match e.index {
+            Some(index) => serde_json::json!({
+                "entity": e.label, "score": e.score, "index": index,
+                "word": e.word, "start": e.start, "end": e.end,
+            }),
+            None => serde_json::json!({
+                "entity_group": e.label, "score": e.score,
+                "word": e.word, "start": e.start, "end": e.end,
+            }),
+        })
+        .collect();
+    outln!("{}", json_text(&serde_json::Value::Array(out))?);
+    Ok(())
+}
+
+fn json_text(value: &serde_json::Value) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| CliError::Input(e.to_string()))
 }
 
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {

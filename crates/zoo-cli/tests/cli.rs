@@ -663,6 +663,47 @@ fn translate_gives_transformers_beam_search_output() {
     }
 }
 
+/// `--forced-bos` forces a language code's place as mBART-50 does: an mBART folder
+/// without its forced first token translates otherwise, and with the flag naming that
+/// token gives transformers' output again.
+#[test]
+fn translate_forces_the_first_token_that_forced_bos_names() {
+    let src = fixture("zoo-seq2seq", "mbart-tiny");
+    let e = read_json(&src.join("expected.json"));
+    let dir = tempdir("translate-forced-bos");
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let tok = LmTokenizer::from_pretrained(&dir).unwrap();
+    let five = tok.id_to_token(5).unwrap();
+    let text = e["text"].as_str().unwrap();
+    let args = ["--text", text, "--num-beams", "4", "--max-new-tokens", "10"];
+    let free = ok_on("translate", &dir, &args);
+    let want = format!("{}\n", e["text_beam"].as_str().unwrap());
+    assert_ne!(free.stdout, want);
+    let forced = ok_on(
+        "translate",
+        &dir,
+        &[&args[..], &["--forced-bos", &five]].concat(),
+    );
+    assert_eq!(forced.stdout, want);
+    let bad = zoo(&[
+        "translate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--text",
+        "a",
+        "--forced-bos",
+        "xx_XX",
+    ]);
+    assert!(
+        bad.stderr
+            .starts_with("error: --forced-bos \"xx_XX\" is not a token of "),
+        "{}",
+        bad.stderr
+    );
+}
+
 /// An opus-mt style folder with only SentencePiece files (`source.spm`, `target.spm`,
 /// `vocab.json`) and no tokenizer.json translates as `transformers`' `generate` with 4
 /// beams: the same ids (checked through the text, which `MarianTokenizer` decoded from

@@ -253,6 +253,10 @@ struct TranslateArgs {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// A token forced as the first of the translation, by its text: mBART-50's target
+    /// language code (`fr_XX`). The checkpoint's `forced_bos_token_id` otherwise.
+    #[arg(long)]
+    forced_bos: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -587,6 +591,12 @@ fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
 fn run_translate(model: &dyn Translator, args: &TranslateArgs) -> Result<()> {
     let (tokenizer, source) = text::tokenize(&args.model, &args.text, "text")?;
     let (tokens, elapsed) = if args.temperature != 0.0 {
+        if args.forced_bos.is_some() {
+            return Err(CliError::Input(
+                "--forced-bos applies to greedy and beam search, not to sampling (--temperature)"
+                    .into(),
+            ));
+        }
         if args.temperature < 0.0 {
             return Err(CliError::Input(format!(
                 "--temperature must be >= 0, got {}",
@@ -597,9 +607,18 @@ fn run_translate(model: &dyn Translator, args: &TranslateArgs) -> Result<()> {
         let out = model.sample(&[source], &cfg)?;
         (out.tokens[0].clone(), out.elapsed)
     } else {
-        let cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
+        let mut cfg = BeamConfig::new(args.num_beams, args.max_new_tokens)
             .with_length_penalty(args.length_penalty)
             .with_no_repeat_ngram_size(args.no_repeat_ngram_size);
+        if let Some(token) = &args.forced_bos {
+            let id = tokenizer.token_id(token).ok_or_else(|| {
+                CliError::Input(format!(
+                    "--forced-bos {token:?} is not a token of {}'s tokenizer",
+                    args.model.display()
+                ))
+            })?;
+            cfg = cfg.with_forced_bos(id);
+        }
         let out = model.beam_search(&[source], &cfg)?;
         (out.tokens[0].clone(), out.elapsed)
     };

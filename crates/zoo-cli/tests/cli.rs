@@ -9,13 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use burn::module::Module;
+use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
 use serde_json::{Value, json};
 use zoo_core::{GenerationConfig, generate};
 use zoo_decoder::{DecoderLm, HfDecoderConfig, LmTokenizer};
 use zoo_device::testing::max_abs_diff_slices;
 use zoo_device::{test_backend, test_device};
-use zoo_vision::{ImageInput, ImageProcessor, ViTForImageClassification};
+use zoo_vision::{
+    DeiTForImageClassificationWithTeacher, ImageInput, ImageProcessor, ViTForImageClassification,
+};
 
 mod support;
 use support::*;
@@ -991,6 +994,34 @@ fn classify_prints_the_top_labels_with_probabilities() {
         .collect();
     assert_eq!(run.stdout, want);
 
+    // DeiT's classifiers, one head and two (averaged), against the library likewise.
+    let top3 = |logits: Tensor<2>, labels: &[String]| -> String {
+        let probs = softmax(logits, 1)
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap();
+        let mut ranked: Vec<(usize, f32)> = probs.into_iter().enumerate().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        ranked[..3]
+            .iter()
+            .map(|(c, p)| format!("{p:.4}  {}\n", labels[*c]))
+            .collect()
+    };
+    let single = fixture("zoo-vision", "deit-tiny-cls");
+    let model = ViTForImageClassification::from_pretrained(&single, &device).unwrap();
+    let px = ImageProcessor::vit(30).load(&[&image], &device).unwrap();
+    let want = top3(
+        model.forward(ImageInput::new(px.clone())).unwrap().0,
+        &model.vit.config().labels(),
+    );
+    assert_eq!(classify_gradient(&single, &["--top", "3"]).stdout, want);
+    let two = fixture("zoo-vision", "deit-tiny-distilled");
+    let model = DeiTForImageClassificationWithTeacher::from_pretrained(&two, &device).unwrap();
+    let out = model.forward(ImageInput::new(px)).unwrap();
+    let want = top3(out.logits, &model.vit.config().labels());
+    assert_eq!(classify_gradient(&two, &["--top", "3"]).stdout, want);
+
     // Text: the BERT classifier with a vocabulary written beside a copy of it.
     let src = fixture("zoo-encoder", "bert-tiny-cls");
     let tmp = tempdir("classify-text");
@@ -1570,8 +1601,8 @@ fn bad_input_is_one_line_naming_the_problem() {
             "classify --model {gpt2} --text hello",
             "classify needs BertForSequenceClassification, RobertaForSequenceClassification, \
              XLMRobertaForSequenceClassification, \
-             DistilBertForSequenceClassification, ViTForImageClassification or \
-             DeiTForImageClassificationWithTeacher",
+             DistilBertForSequenceClassification, ViTForImageClassification, \
+             DeiTForImageClassification or DeiTForImageClassificationWithTeacher",
         ),
         (
             "classify --model {vit-cls} --text hello",

@@ -57,15 +57,14 @@ const fn rows(layout: &'static Layout) -> [Architecture; 5] {
 }
 
 /// Every architecture the family loads; the first of a `model_type` is what a
-/// `config.json` without `architectures` gets. XLM-RoBERTa's token classifier and span
-/// head are left out until a fixture checks them.
+/// `config.json` without `architectures` gets.
 pub const ARCHITECTURES: &[Architecture] = &{
     let [b0, b1, b2, b3, b4] = rows(&BERT);
     let [r0, r1, r2, r3, r4] = rows(&roberta::LAYOUT);
-    let [x0, x1, x2, _, _] = rows(&roberta::XLM_LAYOUT);
+    let [x0, x1, x2, x3, x4] = rows(&roberta::XLM_LAYOUT);
     let [d0, d1, d2, d3, d4] = rows(&distilbert::LAYOUT);
     [
-        b0, b1, b2, b3, b4, r0, r1, r2, r3, r4, x0, x1, x2, d0, d1, d2, d3, d4,
+        b0, b1, b2, b3, b4, r0, r1, r2, r3, r4, x0, x1, x2, x3, x4, d0, d1, d2, d3, d4,
     ]
 };
 

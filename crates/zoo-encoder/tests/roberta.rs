@@ -293,4 +293,24 @@ fn roberta_token_and_span_heads_and_xlm_roberta_mlm_match_transformers() {
         e.logits.as_ref().unwrap(),
     );
     assert!(d <= 1e-4, "XLM-R masked LM: {d}");
+
+    // XLM-RoBERTa's token classifier and span head: RoBERTa's, under its class names.
+    let e = expected("xlm-roberta-tiny-ner");
+    let ner =
+        RobertaForTokenClassification::from_pretrained(fixture("xlm-roberta-tiny-ner"), &device)
+            .unwrap();
+    assert_eq!(ner.bert.config().labels()[1], "B-ORG");
+    let d = diff(
+        ner.forward(input(&e, &device)).unwrap(),
+        e.logits.as_ref().unwrap(),
+    );
+    assert!(d <= 1e-4, "XLM-R token classification: {d}");
+    let e = expected("xlm-roberta-tiny-qa");
+    let qa = RobertaForQuestionAnswering::from_pretrained(fixture("xlm-roberta-tiny-qa"), &device)
+        .unwrap();
+    let span = qa.forward(input(&e, &device)).unwrap();
+    let d = diff(span.start, e.start_logits.as_ref().unwrap());
+    assert!(d <= 1e-4, "XLM-R start_logits: {d}");
+    let d = diff(span.end, e.end_logits.as_ref().unwrap());
+    assert!(d <= 1e-4, "XLM-R end_logits: {d}");
 }

@@ -39,7 +39,9 @@ pub struct MarianMtModel {
     config: MarianConfig,
 }
 
-/// What a variant adds around the shared layers.
+/// What a variant adds around the shared layers. One model holds one frame, so the
+/// sizes of the variants do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Frame {
     /// Marian and the original Transformer: fixed sinusoids, computed, nothing learned.

@@ -53,6 +53,15 @@ pub const ARCHITECTURES: &[Architecture] = &[
     row("deit", "DeiTModel", &[], load_base),
     row(
         "deit",
+        "DeiTForImageClassification",
+        &[Task::Classify],
+        |dir, device| {
+            let model = ViTForImageClassification::from_pretrained(dir, device);
+            classifier(dir, model.map(ImageHead::Linear))
+        },
+    ),
+    row(
+        "deit",
         "DeiTForImageClassificationWithTeacher",
         &[Task::Classify],
         |dir, device| {

@@ -377,6 +377,30 @@ fn deit_matches_transformers_with_its_distillation_token_and_two_heads() {
         cfg["architectures"][0],
         "DeiTForImageClassificationWithTeacher"
     );
+    // DeiT's single-head classifier: ViT's classifier over DeiT's embeddings (the
+    // distillation token embedded, the CLS token's head read), saved under DeiT's names.
+    let src = fixture("deit-tiny-cls");
+    let e = expected("deit-tiny-cls");
+    let single = ViTForImageClassification::from_pretrained(&src, &device).unwrap();
+    assert!(single.vit.config().distilled());
+    let (out, _) = single
+        .forward(ImageInput::new(tensor(&e.pixel_values, &device)))
+        .unwrap();
+    assert_matches("DeiT's single head", out, e.logits.as_ref().unwrap());
+    let (other, _) = single
+        .forward(ImageInput::new(tensor(&e.pixel_values_other, &device)).interpolate_pos_encoding())
+        .unwrap();
+    assert_matches(
+        "DeiT's single head at 42x36",
+        other,
+        e.logits_other.as_ref().unwrap(),
+    );
+    let dir = zoo_fixtures::tempdir("vision", "deit-cls-save");
+    single.save_pretrained(&dir).unwrap();
+    assert_eq!(contents(&dir), contents(&src));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architectures"][0], "DeiTForImageClassification");
     // A ViT config is refused for the distilled classifier, by name.
     let e =
         DeiTForImageClassificationWithTeacher::from_pretrained(fixture("vit-tiny-cls"), &device)

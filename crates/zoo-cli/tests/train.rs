@@ -300,6 +300,21 @@ fn masked_lm_and_seq2seq_lower_their_validation_loss() {
     assert!(last < 0.5 * first, "valid losses {first} -> {last}");
     let translated = ok_on("translate", &out, &["--text", "the sun"]);
     assert_eq!(translated.stdout.trim(), "sun the");
+
+    // BART fine-tunes the same way (learned positions and embedding norms trained) and
+    // is saved as BART.
+    let out = tmp.join("bart");
+    train(
+        &fixture("zoo-seq2seq", "bart-tiny"),
+        "seq2seq",
+        &pairs,
+        &out,
+        &["--epochs", "12", "--lr", "1e-2", "--batch-size", "8"],
+    );
+    let rounds = metrics(&out);
+    let (first, last) = (rounds[0]["valid_loss"], rounds[11]["valid_loss"]);
+    assert!(last < 0.5 * first, "BART's valid losses {first} -> {last}");
+    saved_as(&out, "BartForConditionalGeneration", None);
     std::fs::remove_dir_all(tmp).unwrap();
 }
 

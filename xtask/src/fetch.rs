@@ -126,6 +126,8 @@ pub(crate) fn fixtures() -> Result<()> {
         ("roberta.py", "zoo-encoder", Some(shakespeare.as_path())),
         // Pipelines over bert.py's and roberta.py's checkpoints, so after both.
         ("pipelines.py", "zoo-encoder", Some(shakespeare.as_path())),
+        // A PEFT adapter over roberta.py's classifier.
+        ("lora_encoder.py", "zoo-encoder", None),
         ("vit.py", "zoo-vision", None),
         ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
         ("rope.py", "zoo-decoder", None),

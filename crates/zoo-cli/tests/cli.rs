@@ -913,6 +913,62 @@ fn fill_mask_and_ner_match_transformers_pipelines() {
     );
 }
 
+/// `zoo forward --adapter` and `zoo classify --adapter` with a PEFT adapter that Python
+/// wrote for RoBERTa's sequence classifier (LoRA on query and value, the head saved
+/// whole): forward gives peft's logits, and classify ranks by them.
+#[test]
+fn encoder_adapters_from_peft_run_through_forward_and_classify() {
+    let base = fixture("zoo-encoder", "roberta-tiny-cls");
+    let adapter = fixture("zoo-encoder", "roberta-tiny-cls-lora");
+    let e = read_json(&adapter.join("expected.json"));
+    let tmp = tempdir("forward-cls-adapter");
+    let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
+    let input = json!({"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]});
+    std::fs::write(&inp, input.to_string()).unwrap();
+    ok(&[
+        "forward",
+        "--model",
+        base.to_str().unwrap(),
+        "--adapter",
+        adapter.to_str().unwrap(),
+        "--input",
+        inp.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let got = read_json(&out);
+    let want: Vec<f32> = e["logits"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let d = max_abs_diff_slices(&flat(&got["logits"]), &want);
+    assert!(d <= 1e-4, "adapted logits differ by {d}");
+    let text = read_json(&base.join("expected.json"))["texts"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let plain = ok(&[
+        "classify",
+        "--model",
+        base.to_str().unwrap(),
+        "--text",
+        &text,
+    ]);
+    let adapted = ok(&[
+        "classify",
+        "--model",
+        base.to_str().unwrap(),
+        "--adapter",
+        adapter.to_str().unwrap(),
+        "--text",
+        &text,
+    ]);
+    assert_ne!(plain.stdout, adapted.stdout);
+    assert_eq!(adapted.stdout.lines().count(), plain.stdout.lines().count());
+}
+
 /// `zoo classify` of the gradient test image with the classifier in `dir`.
 fn classify_gradient(dir: &Path, extra: &[&str]) -> Run {
     let image = fixture("zoo-vision", "images/gradient.png");
@@ -1876,8 +1932,12 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "classify --model {roberta-cls} --text hi --adapter {gpt2-lora}",
-            "RobertaForSequenceClassification cannot take a LoRA adapter yet; the model types \
-             that can are gpt2, llama",
+            "gpt2-tiny-lora/adapter_config.json: no module of this model is named \"c_proj\"",
+        ),
+        (
+            "classify --model {vit-cls} --image {tmp}/not-an-image.png --adapter {gpt2-lora}",
+            "ViTForImageClassification cannot take a LoRA adapter yet; the causal LMs of gpt2, \
+             llama",
         ),
         (
             "merge --model {roberta-cls} --adapter {gpt2-lora} --output {tmp}/t-merged",

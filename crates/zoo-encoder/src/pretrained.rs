@@ -391,6 +391,19 @@ macro_rules! classifier_checkpoint {
                 let classes = Some(self.classifier.weight.dims()[1]);
                 save(self, self.bert.config(), classes, dir.as_ref(), Target::$target)
             }
+
+            /// The model with the PEFT LoRA adapter of `adapter` folded into its weights
+            /// (Burn's LoRA, then `materialize`), and the head that the adapter saves
+            /// whole (`modules_to_save`) in place of this one's.
+            ///
+            /// # Errors
+            /// What [`zoo_core::checkpoint::peft::load_adapter`] reports.
+            pub fn with_adapter(self, adapter: &Path) -> std::result::Result<Self, zoo_core::ModelError> {
+                let map = Target::$target.key_map(layout(self.bert.config().model_type.as_deref()));
+                let adapted = zoo_core::checkpoint::peft::load_adapter(self, &map, adapter)
+                    .map_err(zoo_core::ModelError::new)?;
+                Ok(burn::module::Module::materialize(adapted))
+            }
         }
     )*};
 }

@@ -8,8 +8,8 @@ use burn::module::Module;
 use burn::tensor::Device;
 use zoo_core::ModelError;
 use zoo_core::registry::{
-    Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Loader, Modality, NamedOutput,
-    Pretrained, Task, encoder_outputs, named,
+    AdapterLoader, Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Loader,
+    Modality, NamedOutput, Pretrained, Task, encoder_outputs, named,
 };
 
 use crate::model::{
@@ -33,6 +33,7 @@ const fn rows(layout: &'static Layout) -> [Architecture; 5] {
         index: usize,
         tasks: &'static [Task],
         load: Loader,
+        load_adapted: Option<AdapterLoader>,
     ) -> Architecture {
         Architecture {
             model_type: layout.model_type,
@@ -44,15 +45,22 @@ const fn rows(layout: &'static Layout) -> [Architecture; 5] {
             },
             tasks,
             load,
-            load_adapted: None,
+            load_adapted,
         }
     }
+    let adapted: Option<AdapterLoader> = Some(load_adapted_sequence_classifier);
     [
-        row(layout, 0, &[], load_base),
-        row(layout, 1, &[], load_masked_lm),
-        row(layout, 2, &[Task::Classify], load_sequence_classifier),
-        row(layout, 3, &[], load_token_classifier),
-        row(layout, 4, &[], load_question_answering),
+        row(layout, 0, &[], load_base, None),
+        row(layout, 1, &[], load_masked_lm, None),
+        row(
+            layout,
+            2,
+            &[Task::Classify],
+            load_sequence_classifier,
+            adapted,
+        ),
+        row(layout, 3, &[], load_token_classifier, None),
+        row(layout, 4, &[], load_question_answering, None),
     ]
 }
 
@@ -82,6 +90,21 @@ fn load_sequence_classifier(
 ) -> Result<Box<dyn Pretrained>, ModelError> {
     let model =
         BertForSequenceClassification::from_pretrained(dir, device).map_err(ModelError::new)?;
+    Ok(Box::new(TextClassifier {
+        model,
+        dir: dir.to_path_buf(),
+    }))
+}
+
+/// A sequence classifier with a PEFT LoRA adapter folded in, and the head it saves.
+fn load_adapted_sequence_classifier(
+    dir: &Path,
+    adapter: &Path,
+    device: &Device,
+) -> Result<Box<dyn Pretrained>, ModelError> {
+    let model = BertForSequenceClassification::from_pretrained(dir, device)
+        .map_err(ModelError::new)?
+        .with_adapter(adapter)?;
     Ok(Box::new(TextClassifier {
         model,
         dir: dir.to_path_buf(),

@@ -314,3 +314,73 @@ fn roberta_token_and_span_heads_and_xlm_roberta_mlm_match_transformers() {
     let d = diff(span.end, e.end_logits.as_ref().unwrap());
     assert!(d <= 1e-4, "XLM-R end_logits: {d}");
 }
+
+/// What Python `peft` wrote over `roberta-tiny-cls`: the adapted logits, the merged
+/// ones, and the base's.
+#[derive(Deserialize)]
+struct AdapterExpected {
+    input_ids: Vec<Vec<i64>>,
+    attention_mask: Vec<Vec<i64>>,
+    logits: Output,
+    merged_logits: Output,
+    base_logits: Output,
+}
+
+/// A PEFT LoRA adapter for sequence classification, which saves the classifier head
+/// whole (`modules_to_save`), folds into RoBERTa's classifier and gives peft's logits;
+/// the base alone gives the base's, which differ (a negative control); and an adapter
+/// whose config drops `modules_to_save` is refused, naming the head's tensors.
+#[test]
+fn a_peft_classification_adapter_with_its_saved_head_matches_peft() {
+    let device = test_device();
+    let adapter = fixture("roberta-tiny-cls-lora");
+    let e: AdapterExpected = zoo_fixtures::expected(&adapter);
+    let x = Expected {
+        texts: Vec::new(),
+        input_ids: e.input_ids.clone(),
+        attention_mask: e.attention_mask.clone(),
+        tokenizer: Vec::new(),
+        last_hidden_state: None,
+        pooler_output: None,
+        logits: None,
+        start_logits: None,
+        end_logits: None,
+    };
+    let base =
+        RobertaForSequenceClassification::from_pretrained(fixture("roberta-tiny-cls"), &device)
+            .unwrap();
+    let d = diff(base.forward(input(&x, &device)).unwrap(), &e.base_logits);
+    assert!(d <= 1e-4, "base logits: {d}");
+    let d = diff(base.forward(input(&x, &device)).unwrap(), &e.logits);
+    assert!(d > 1e-2, "the adapter changes the logits: {d}");
+    let adapted = base.with_adapter(&adapter).unwrap();
+    let d = diff(adapted.forward(input(&x, &device)).unwrap(), &e.logits);
+    assert!(d <= 1e-4, "adapted logits: {d}");
+    let d = diff(
+        adapted.forward(input(&x, &device)).unwrap(),
+        &e.merged_logits,
+    );
+    assert!(d <= 1e-4, "merged logits: {d}");
+
+    let dir = tempdir("cls-lora-no-head");
+    std::fs::copy(
+        adapter.join("adapter_model.safetensors"),
+        dir.join("adapter_model.safetensors"),
+    )
+    .unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(adapter.join("adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    config["modules_to_save"] = serde_json::Value::Null;
+    std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
+    let base =
+        RobertaForSequenceClassification::from_pretrained(fixture("roberta-tiny-cls"), &device)
+            .unwrap();
+    let e = base.with_adapter(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("base_model.model.classifier.") && e.contains("belongs to no module"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

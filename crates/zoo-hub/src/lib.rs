@@ -212,19 +212,24 @@ impl Detected {
     /// missing adapter folder, and what [`Self::load`] and the adapter's reader report.
     pub fn load_adapted(self, adapter: &Path, device: &Device) -> Result<AutoModel> {
         let Some(load) = self.architecture.load_adapted else {
-            let can: Vec<&str> = architectures()
-                .filter(|a| a.load_adapted.is_some())
-                .map(|a| a.model_type)
-                .fold(Vec::new(), |mut v, t| {
-                    if !v.contains(&t) {
-                        v.push(t);
-                    }
-                    v
-                });
+            // The causal LMs by model type; the other architectures by name.
+            let mut lms: Vec<&str> = Vec::new();
+            let mut others: Vec<&str> = Vec::new();
+            for a in architectures().filter(|a| a.load_adapted.is_some()) {
+                let (list, name) = if a.tasks.contains(&Task::Generate) {
+                    (&mut lms, a.model_type)
+                } else {
+                    (&mut others, a.name)
+                };
+                if !list.contains(&name) {
+                    list.push(name);
+                }
+            }
             return Err(HubError::Input(format!(
-                "{} cannot take a LoRA adapter yet; the model types that can are {}",
+                "{} cannot take a LoRA adapter yet; the causal LMs of {} can, and {}",
                 self.architecture.name,
-                can.join(", ")
+                lms.join(", "),
+                others.join(", ")
             )));
         };
         if !adapter.is_dir() {

@@ -24,6 +24,30 @@ pub fn load_tensors<M: Module>(
     map: &KeyMap,
     path: &Path,
 ) -> Result<Vec<String>, CheckpointError> {
+    load(module, tensors, map, path, true)
+}
+
+/// Loads `tensors` into the parts of `module` they name, leaving the others as they are
+/// (a head that an adapter saves whole); unexpected and mis-shaped tensors are errors.
+///
+/// # Errors
+/// [`CheckpointError::Tensors`], naming `path`.
+pub(crate) fn load_some<M: Module>(
+    module: &mut M,
+    tensors: BTreeMap<String, PackTensor>,
+    map: &KeyMap,
+    path: &Path,
+) -> Result<Vec<String>, CheckpointError> {
+    load(module, tensors, map, path, false)
+}
+
+fn load<M: Module>(
+    module: &mut M,
+    tensors: BTreeMap<String, PackTensor>,
+    map: &KeyMap,
+    path: &Path,
+    whole: bool,
+) -> Result<Vec<String>, CheckpointError> {
     let ignore: Vec<regex::Regex> = map
         .ignore
         .iter()
@@ -60,7 +84,7 @@ pub fn load_tensors<M: Module>(
     let result = module.apply(renamed, None, Some(Box::new(adapter)), true);
 
     let mut report = TensorReport::default();
-    for (module_path, _) in &result.missing {
+    for (module_path, _) in result.missing.iter().filter(|_| whole) {
         let shape = model_shapes.get(module_path).cloned().unwrap_or_default();
         report
             .missing

@@ -19,7 +19,7 @@ use burn::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{CheckpointError, KeyMap};
+use super::{CheckpointError, KeyMap, PackTensor, WeightsFile};
 use crate::durable::{self, partial_path};
 
 /// `adapter_config.json`.
@@ -128,8 +128,30 @@ impl AdapterConfig {
         }
     }
 
+    /// The modules the adapter saves whole beside its factors (PEFT's `modules_to_save`:
+    /// a classifier head trained in full), by the names PEFT matches their ends with.
+    ///
+    /// # Errors
+    /// A `modules_to_save` that is not a list of names.
+    pub fn saved_modules(&self) -> Result<Vec<String>, String> {
+        match &self.modules_to_save {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(names)) => names
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| format!("modules_to_save holds {v}, not a module name"))
+                })
+                .collect(),
+            Some(other) => Err(format!(
+                "modules_to_save must be a list of module names, got {other}"
+            )),
+        }
+    }
+
     /// Checks that the adapter is one the zoo runs: LoRA, without rsLoRA, DoRA, per-layer
-    /// settings, trained biases or saved modules.
+    /// settings or trained biases.
     ///
     /// # Errors
     /// The first setting that is not supported, named.
@@ -163,9 +185,7 @@ impl AdapterConfig {
             v.as_ref()
                 .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]))
         };
-        if set(&self.modules_to_save) {
-            return unsupported("modules_to_save");
-        }
+        self.saved_modules()?;
         if set(&self.layers_to_transform) {
             return unsupported("layers_to_transform");
         }
@@ -408,6 +428,13 @@ pub fn apply_lora<M: Module>(
 }
 
 /// PEFT's name of a factor of `module`.
+/// Whether the tensor `name` (a checkpoint name) lies in a module that `entry` of
+/// `modules_to_save` names: a module whose name is `entry` or ends in it, by components.
+fn saved_by(name: &str, entry: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    (1..parts.len()).any(|n| targets(&parts[..n].join("."), entry))
+}
+
 fn peft_key(module: &str, factor: &str) -> String {
     format!("base_model.model.{module}.lora_{factor}.weight")
 }
@@ -556,6 +583,37 @@ pub fn load_adapter<M: Module>(
         path: dir.join(CONFIG_FILE),
         message: m,
     })?;
+    if !weights.is_file() {
+        return Err(CheckpointError::io(&weights, "no such file"));
+    }
+    // The modules saved whole go into the base first, replacing its weights; they must
+    // all be there, as PEFT saves them.
+    let saved = config
+        .saved_modules()
+        .map_err(|m| CheckpointError::Config {
+            path: dir.join(CONFIG_FILE),
+            message: m,
+        })?;
+    let is_saved = |key: &str| {
+        key.strip_prefix("base_model.model.")
+            .is_some_and(|name| saved.iter().any(|entry| saved_by(name, entry)))
+    };
+    let mut model = model;
+    if !saved.is_empty() {
+        let whole: BTreeMap<String, PackTensor> = WeightsFile::Safetensors(weights.clone())
+            .tensors()?
+            .into_iter()
+            .filter(|(key, _)| is_saved(key))
+            .map(|(key, mut tensor)| {
+                let name = key["base_model.model.".len()..].to_string();
+                tensor.name.clone_from(&name);
+                (name, tensor)
+            })
+            .collect();
+        if !whole.is_empty() {
+            super::load::load_some(&mut model, whole, map, &weights)?;
+        }
+    }
     let (model, _) =
         apply_lora(model, map, config.r, config.lora_alpha, &targets).map_err(|m| {
             CheckpointError::Config {
@@ -563,9 +621,6 @@ pub fn load_adapter<M: Module>(
                 message: m,
             }
         })?;
-    if !weights.is_file() {
-        return Err(CheckpointError::io(&weights, "no such file"));
-    }
     let mut stored = burn::store::SafetensorsStore::from_file(&weights)
         .get_all_tensors()
         .cloned()
@@ -599,6 +654,7 @@ pub fn load_adapter<M: Module>(
         let (flat, shape) = transposed(data).map_err(bad)?;
         values.insert(path, TensorData::new(flat, shape));
     }
+    stored.retain(|key, _| !is_saved(key));
     if let Some(extra) = stored.keys().next() {
         return Err(bad(format!(
             "{extra} belongs to no module the config's target_modules name ({} tensors left \

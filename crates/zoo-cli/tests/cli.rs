@@ -967,6 +967,25 @@ fn encoder_adapters_from_peft_run_through_forward_and_classify() {
     ]);
     assert_ne!(plain.stdout, adapted.stdout);
     assert_eq!(adapted.stdout.lines().count(), plain.stdout.lines().count());
+    // zoo merge folds it into a classifier folder that classifies as the adapter does.
+    let merged = tmp.join("merged");
+    ok(&[
+        "merge",
+        "--model",
+        base.to_str().unwrap(),
+        "--adapter",
+        adapter.to_str().unwrap(),
+        "--output",
+        merged.to_str().unwrap(),
+    ]);
+    let again = ok(&[
+        "classify",
+        "--model",
+        merged.to_str().unwrap(),
+        "--text",
+        &text,
+    ]);
+    assert_eq!(again.stdout, adapted.stdout);
 }
 
 /// `zoo classify` of the gradient test image with the classifier in `dir`.
@@ -1940,7 +1959,7 @@ fn bad_input_is_one_line_naming_the_problem() {
              llama",
         ),
         (
-            "merge --model {roberta-cls} --adapter {gpt2-lora} --output {tmp}/t-merged",
+            "merge --model {vit-cls} --adapter {gpt2-lora} --output {tmp}/t-merged",
             "merge reads the adapters of causal LMs",
         ),
         (

@@ -427,7 +427,6 @@ pub fn apply_lora<M: Module>(
     Ok((model, chosen.into_iter().map(|(_, m)| m).collect()))
 }
 
-/// PEFT's name of a factor of `module`.
 /// Whether the tensor `name` (a checkpoint name) lies in a module that `entry` of
 /// `modules_to_save` names: a module whose name is `entry` or ends in it, by components.
 fn saved_by(name: &str, entry: &str) -> bool {
@@ -435,6 +434,7 @@ fn saved_by(name: &str, entry: &str) -> bool {
     (1..parts.len()).any(|n| targets(&parts[..n].join("."), entry))
 }
 
+/// PEFT's name of a factor of `module`.
 fn peft_key(module: &str, factor: &str) -> String {
     format!("base_model.model.{module}.lora_{factor}.weight")
 }
@@ -560,8 +560,9 @@ pub fn read_adapter_config(dir: &std::path::Path) -> Result<AdapterConfig, Check
     Ok(config)
 }
 
-/// Attaches the PEFT adapter of `dir` to `model`: Burn's LoRA on the modules its config
-/// names, with the factors of its `adapter_model.safetensors`. Call
+/// Attaches the PEFT adapter of `dir` to `model`: the weights of the modules it saves
+/// whole (`modules_to_save`) in place of the model's, then Burn's LoRA on the modules
+/// its config names, with the factors of its `adapter_model.safetensors`. Call
 /// [`Module::materialize`] on the result to fold the adapter into the weights.
 ///
 /// # Errors
@@ -586,8 +587,8 @@ pub fn load_adapter<M: Module>(
     if !weights.is_file() {
         return Err(CheckpointError::io(&weights, "no such file"));
     }
-    // The modules saved whole go into the base first, replacing its weights; they must
-    // all be there, as PEFT saves them.
+    // The tensors of the modules saved whole (a classifier head) go into the base first,
+    // replacing its weights.
     let saved = config
         .saved_modules()
         .map_err(|m| CheckpointError::Config {

@@ -197,7 +197,8 @@ enum Command {
     /// writes the result as a checkpoint folder that zoo and transformers load.
     Train(Box<train::TrainCmdArgs>),
     /// Folds a PEFT LoRA adapter (from zoo train or Python peft) into a causal LM's
-    /// weights and writes the merged checkpoint folder.
+    /// weights, or an encoder sequence classifier's, and writes the merged checkpoint
+    /// folder.
     Merge {
         /// The base checkpoint folder, or a hub id (org/name).
         #[arg(long)]

@@ -355,9 +355,13 @@ pub(crate) fn merge(
 ) -> Result<()> {
     let detected = Detected::new(model)?;
     let arch = detected.architecture;
-    if arch.load_adapted.is_none() || !arch.serves(Task::Generate) {
+    // Causal LMs, and the encoders' sequence classifiers (which read adapters and
+    // classify).
+    let lm = arch.serves(Task::Generate);
+    if arch.load_adapted.is_none() || !(lm || arch.serves(Task::Classify)) {
         return Err(CliError::Unsupported(format!(
-            "merge reads the adapters of causal LMs ({}); {} is {} ({})",
+            "merge reads the adapters of causal LMs ({}) and of the sequence classifiers of \
+             bert, roberta, xlm-roberta and distilbert; {} is {} ({})",
             model_types(Some(Task::Generate)).join(", "),
             model.display(),
             arch.model_type,
@@ -382,11 +386,19 @@ pub(crate) fn merge(
             message: "no such adapter folder".into(),
         });
     }
-    let config = HfDecoderConfig::from_pretrained(model).map_err(model_err)?;
-    let lm = DecoderLm::from_pretrained(model, device)
-        .map_err(model_err)?
-        .with_adapter(adapter, &config)?;
-    lm.save_pretrained(output, &config).map_err(model_err)?;
+    if lm {
+        let config = HfDecoderConfig::from_pretrained(model).map_err(model_err)?;
+        let lm = DecoderLm::from_pretrained(model, device)
+            .map_err(model_err)?
+            .with_adapter(adapter, &config)?;
+        lm.save_pretrained(output, &config).map_err(model_err)?;
+    } else {
+        BertForSequenceClassification::from_pretrained(model, device)
+            .map_err(model_err)?
+            .with_adapter(adapter)?
+            .save_pretrained(output)
+            .map_err(model_err)?;
+    }
     let copied = copy_companions(model, output)?;
     outln!(
         "merged {} into {}: {} (config.json, model.safetensors{}{})",

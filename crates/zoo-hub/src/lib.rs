@@ -358,7 +358,8 @@ mod tests {
             architecture_names(Task::Classify).join(", "),
             "BertForSequenceClassification, RobertaForSequenceClassification, \
              XLMRobertaForSequenceClassification, DistilBertForSequenceClassification, \
-             ViTForImageClassification, DeiTForImageClassificationWithTeacher"
+             ViTForImageClassification, DeiTForImageClassification, \
+             DeiTForImageClassificationWithTeacher"
         );
         // No architecture is registered twice.
         let names: Vec<&str> = architectures().map(|a| a.name).collect();

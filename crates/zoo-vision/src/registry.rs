@@ -45,20 +45,14 @@ pub const ARCHITECTURES: &[Architecture] = &[
         "vit",
         "ViTForImageClassification",
         &[Task::Classify],
-        |dir, device| {
-            let model = ViTForImageClassification::from_pretrained(dir, device);
-            classifier(dir, model.map(ImageHead::Linear))
-        },
+        load_linear_classifier,
     ),
     row("deit", "DeiTModel", &[], load_base),
     row(
         "deit",
         "DeiTForImageClassification",
         &[Task::Classify],
-        |dir, device| {
-            let model = ViTForImageClassification::from_pretrained(dir, device);
-            classifier(dir, model.map(ImageHead::Linear))
-        },
+        load_linear_classifier,
     ),
     row(
         "deit",
@@ -70,6 +64,12 @@ pub const ARCHITECTURES: &[Architecture] = &[
         },
     ),
 ];
+
+/// ViT's classifier, and DeiT's single-head one (the same model over DeiT's embeddings).
+fn load_linear_classifier(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
+    let model = ViTForImageClassification::from_pretrained(dir, device);
+    classifier(dir, model.map(ImageHead::Linear))
+}
 
 fn load_base(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
     Ok(Box::new(

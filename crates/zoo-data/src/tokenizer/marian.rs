@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::spm::{Flavour, SpmModel};
+use super::spm::{Flavour, SpmModel, added};
 use super::{Result, tok_err};
 
 /// The two sides and their shared vocabulary.
@@ -76,19 +76,15 @@ impl Marian {
                 format!("{:?} and {:?} share the id {}", w[0].0, w[1].0, w[0].1),
             ));
         }
-        let specials: Vec<Value> = ["</s>", "<unk>", "<pad>"]
+        let specials: Vec<(usize, String)> = ["</s>", "<unk>", "<pad>"]
             .iter()
-            .filter_map(|t| ids.get(*t).map(|&i| (t, i)))
-            .map(|(t, i)| {
-                json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                       "rstrip": false, "normalized": false, "special": true})
-            })
+            .filter_map(|t| ids.get(*t).map(|&i| (i as usize, (*t).to_string())))
             .collect();
         let decoder = json!({
             "version": "1.0",
             "truncation": null,
             "padding": null,
-            "added_tokens": specials,
+            "added_tokens": added(&specials, true),
             "normalizer": null,
             "pre_tokenizer": null,
             "post_processor": null,

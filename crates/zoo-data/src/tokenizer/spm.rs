@@ -431,7 +431,7 @@ fn metaspace(split: bool) -> Value {
 }
 
 /// `tokens` as `tokenizer.json`'s added tokens, matched on the raw text.
-fn added(tokens: &[(usize, String)], special: bool) -> Vec<Value> {
+pub(crate) fn added(tokens: &[(usize, String)], special: bool) -> Vec<Value> {
     tokens
         .iter()
         .map(|(id, content)| {

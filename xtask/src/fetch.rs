@@ -129,6 +129,8 @@ pub(crate) fn fixtures() -> Result<()> {
         // A PEFT adapter over roberta.py's classifier.
         ("lora_encoder.py", "zoo-encoder", None),
         ("vit.py", "zoo-vision", None),
+        // CLIP reads vit.py's committed images, so after it.
+        ("clip.py", "zoo-vision", Some(shakespeare.as_path())),
         ("decoder.py", "zoo-decoder", Some(shakespeare.as_path())),
         ("rope.py", "zoo-decoder", None),
         // Adapters over decoder.py's checkpoints, so after it.

@@ -30,6 +30,8 @@ pub enum FfnActivation {
     Gelu,
     /// GELU with the tanh approximation (GPT-2's `gelu_new`).
     GeluTanh,
+    /// `x · sigmoid(1.702 x)`, CLIP's `quick_gelu`.
+    QuickGelu,
     /// `silu(x) = x · sigmoid(x)` (Elfwing et al., 2018), ungated.
     Silu,
     /// `down(silu(gate(x)) * up(x))` (Shazeer, 2020; Llama).
@@ -51,6 +53,7 @@ impl FfnActivation {
             Self::Relu => HiddenAct::Relu,
             Self::Gelu => HiddenAct::Gelu,
             Self::GeluTanh | Self::GeGlu => HiddenAct::GeluTanh,
+            Self::QuickGelu => HiddenAct::QuickGelu,
             Self::Silu | Self::SwiGlu => HiddenAct::Silu,
         }
     }
@@ -66,6 +69,10 @@ pub enum HiddenAct {
     /// GELU with the tanh approximation (`"gelu_new"`, `"gelu_pytorch_tanh"`).
     #[serde(rename = "gelu_new", alias = "gelu_pytorch_tanh")]
     GeluTanh,
+    /// `x · sigmoid(1.702 x)` (`"quick_gelu"`), the sigmoid approximation of GELU
+    /// (Hendrycks & Gimpel, 2016) that CLIP trained with.
+    #[serde(rename = "quick_gelu")]
+    QuickGelu,
     /// `"relu"`.
     #[serde(rename = "relu")]
     Relu,
@@ -105,6 +112,7 @@ impl HiddenAct {
         match self {
             Self::Gelu => FfnActivation::Gelu,
             Self::GeluTanh => FfnActivation::GeluTanh,
+            Self::QuickGelu => FfnActivation::QuickGelu,
             Self::Relu => FfnActivation::Relu,
             Self::Silu => FfnActivation::Silu,
         }
@@ -116,6 +124,7 @@ impl HiddenAct {
         match self {
             Self::Gelu => gelu(x),
             Self::GeluTanh => gelu_tanh(x),
+            Self::QuickGelu => x.clone() * sigmoid(x * 1.702),
             Self::Relu => relu(x),
             Self::Silu => silu(x),
         }
@@ -647,6 +656,7 @@ mod tests {
             FfnActivation::Relu,
             FfnActivation::Gelu,
             FfnActivation::GeluTanh,
+            FfnActivation::QuickGelu,
             FfnActivation::Silu,
             FfnActivation::SwiGlu,
             FfnActivation::GeGlu,
@@ -675,6 +685,9 @@ mod tests {
                     let inner = (up.clone() + up.clone().powi_scalar(3) * 0.044715)
                         * (2.0 / std::f64::consts::PI).sqrt();
                     up.clone() * (inner.tanh() + 1.0) * 0.5
+                }
+                FfnActivation::QuickGelu => {
+                    up.clone() * burn::tensor::activation::sigmoid(up.clone() * 1.702)
                 }
                 FfnActivation::Silu => up.clone() * burn::tensor::activation::sigmoid(up.clone()),
                 FfnActivation::SwiGlu => {
@@ -797,5 +810,31 @@ mod tests {
             gelu_tanh(big).into_data().try_to_vec::<f32>().unwrap(),
             [0.0, 1e4]
         );
+    }
+
+    #[test]
+    fn quick_gelu_is_clips_sigmoid_formula_and_reads_from_its_hf_name() {
+        let dev = test_device();
+        let xs: Vec<f32> = (-60..=60).map(|i| i as f32 * 0.1).collect();
+        let n = xs.len();
+        let x = Tensor::<1>::from_data(burn::tensor::TensorData::new(xs.clone(), [n]), &dev);
+        let act: HiddenAct = serde_json::from_str("\"quick_gelu\"").unwrap();
+        assert_eq!(act, HiddenAct::QuickGelu);
+        assert_eq!(act.ffn(), FfnActivation::QuickGelu);
+        let got = act
+            .apply(x.clone())
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        for (v, g) in xs.iter().zip(&got) {
+            let v = f64::from(*v);
+            let want = v / (1.0 + (-1.702 * v).exp());
+            assert!(
+                (f64::from(*g) - want).abs() < 2e-6,
+                "x = {v}: {g} vs {want}"
+            );
+        }
+        // Exact GELU differs by more than the tolerance.
+        assert!(max_abs_diff(&act.apply(x.clone()), &gelu(x)) > 1e-3);
     }
 }

@@ -913,6 +913,106 @@ fn fill_mask_and_ner_match_transformers_pipelines() {
     );
 }
 
+/// `zoo zero-shot-image` prints what transformers' zero-shot-image-classification
+/// pipeline returns on CLIP (`xtask/fixtures/clip.py`): the labels, most probable first,
+/// with HF's default prompt and with `a photo of a {}.`, on a PNG and a JPEG that CLIP's
+/// processor resizes by the shortest edge and crops. Negative control: the other prompt
+/// moves the scores beyond the tolerance.
+#[test]
+fn zero_shot_image_matches_transformers_pipeline() {
+    let clip = fixture("zoo-vision", "clip-tiny");
+    let images = fixture("zoo-vision", "images");
+    let e = read_json(&clip.join("expected.json"));
+    let run = |file: &str, labels: &str, template: Option<&str>| -> Vec<Value> {
+        let image = images.join(file);
+        let mut args = vec!["--image", image.to_str().unwrap(), "--labels", labels];
+        if let Some(t) = template {
+            args.extend(["--template", t]);
+        }
+        let out = ok_on("zero-shot-image", &clip, &args);
+        serde_json::from_str::<Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    for case in e["zero_shot"].as_array().unwrap() {
+        let labels: Vec<&str> = case["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        let file = case["file"].as_str().unwrap();
+        // On HF's pixel values the scores agree within 1e-4 (`zoo-hub`'s test). From the
+        // files, the pixel values differ from PIL's by about one 8-bit level after
+        // resizing (the vision test's bound), more for a JPEG, whose decoders differ too;
+        // through this model's logit scale of e^2.3 that moves a probability by up to
+        // 2e-3 for the PNG and 1e-2 for the JPEG.
+        let tolerance = if file.ends_with(".png") { 2e-3 } else { 1e-2 };
+        let template = case["template"].as_str();
+        let got = run(file, &labels.join(","), template);
+        let want = case["result"].as_array().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g["label"], w["label"], "{file}: {got:?}");
+            let d = (g["score"].as_f64().unwrap() - w["score"].as_f64().unwrap()).abs();
+            assert!(d < tolerance, "{file} {}: score differs by {d}", w["label"]);
+        }
+        let other = if template.is_some() {
+            None
+        } else {
+            Some("a photo of a {}.")
+        };
+        let moved = run(file, &labels.join(","), other);
+        let score = |v: &[Value], label: &Value| {
+            v.iter().find(|x| &x["label"] == label).unwrap()["score"]
+                .as_f64()
+                .unwrap()
+        };
+        let shift = want
+            .iter()
+            .map(|w| (score(&moved, &w["label"]) - w["score"].as_f64().unwrap()).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            shift > 5.0 * tolerance,
+            "{file}: the prompt moved scores by {shift}"
+        );
+    }
+    let bad = zoo(&[
+        "zero-shot-image",
+        "--model",
+        fixture("zoo-vision", "vit-tiny").to_str().unwrap(),
+        "--image",
+        images.join("gradient.png").to_str().unwrap(),
+        "--labels",
+        "cat,dog",
+    ]);
+    assert_eq!(bad.status, Some(1));
+    assert!(
+        bad.stderr
+            .starts_with("error: zero-shot image classification needs a CLIPModel; "),
+        "{}",
+        bad.stderr
+    );
+    let bad = zoo(&[
+        "zero-shot-image",
+        "--model",
+        clip.to_str().unwrap(),
+        "--image",
+        images.join("gradient.png").to_str().unwrap(),
+        "--labels",
+        "cat",
+        "--template",
+        "no placeholder",
+    ]);
+    assert_eq!(
+        bad.stderr,
+        "error: the template \"no placeholder\" must hold exactly one {}, where each label \
+         goes\n"
+    );
+}
+
 /// `zoo forward --adapter` and `zoo classify --adapter` with a PEFT adapter that Python
 /// wrote for RoBERTa's sequence classifier (LoRA on query and value, the head saved
 /// whole): forward gives peft's logits, and classify ranks by them.
@@ -1528,7 +1628,7 @@ fn bad_input_is_one_line_naming_the_problem() {
         (
             "info --model {tmp}/falcon",
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, t5, marian, bart, mbart",
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, clip, t5, marian, bart, mbart",
         ),
         (
             "info --model {tmp}/reformer",

@@ -1,14 +1,16 @@
-//! Two of HF's pipelines over an [`AutoModel`] and its [`LmTokenizer`], giving what
+//! HF's pipelines over an [`AutoModel`] and its [`LmTokenizer`], giving what
 //! `transformers` gives:
 //! - [`fill_mask`]: a masked LM's top `k` tokens for each mask, with their probabilities
 //!   and the text with each filled in;
 //! - [`token_classification`] (NER): a token classifier's labels, per token or grouped
-//!   into entities with HF's `simple` and `first` aggregation, with character offsets.
+//!   into entities with HF's `simple` and `first` aggregation, with character offsets;
+//! - [`zero_shot_image`]: CLIP's probabilities of an image over candidate labels, each
+//!   put into a prompt template.
 
 use std::path::Path;
 
 use burn::tensor::Device;
-use zoo_core::registry::{ForwardInput, IntMatrix};
+use zoo_core::registry::{ForwardInput, IntMatrix, Pixels};
 use zoo_data::{DetailedEncoding, LmTokenizer};
 
 use crate::{AutoModel, HubError, Result};
@@ -349,4 +351,139 @@ fn group(tokenizer: &LmTokenizer, entities: &[Entity]) -> Result<Vec<Entity>> {
             })
         })
         .collect()
+}
+
+/// One candidate label of [`zero_shot_image`] with its probability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelScore {
+    /// The label, as given.
+    pub label: String,
+    /// Its probability: the softmax of `logits_per_image` over the labels.
+    pub score: f32,
+}
+
+/// HF's default prompt of the zero-shot image classification pipeline.
+pub const DEFAULT_TEMPLATE: &str = "This is a photo of {}.";
+
+/// HF's zero-shot image classification pipeline: each label put into `template` (at its
+/// one `{}`), the texts tokenized and padded, the image prepared by the folder's
+/// `preprocessor_config.json`, and the softmax of CLIP's `logits_per_image` over the
+/// labels, most probable first.
+///
+/// # Errors
+/// A model that is not CLIP, no labels, a template without exactly one `{}`, an image
+/// or preprocessor configuration that cannot be read, or what the tokenizer or the model
+/// rejects (a prompt longer than the text tower's positions).
+pub fn zero_shot_image(
+    model: &AutoModel,
+    tokenizer: &LmTokenizer,
+    image: &Path,
+    labels: &[String],
+    template: &str,
+    device: &Device,
+) -> Result<Vec<LabelScore>> {
+    check_zero_shot(model, labels, template)?;
+    let processor = zoo_vision::ImageProcessor::from_pretrained(model.dir())
+        .map_err(|e| HubError::Input(e.to_string()))?;
+    let pixels = processor
+        .load(&[image], device)
+        .map_err(|e| HubError::Input(e.to_string()))?;
+    zero_shot_pixels(model, tokenizer, pixels, labels, template, device)
+}
+
+/// What [`zero_shot_image`] checks before reading anything: a CLIP model, some labels,
+/// and a template with one `{}`.
+///
+/// # Errors
+/// Each failed check, named.
+pub fn check_zero_shot(model: &AutoModel, labels: &[String], template: &str) -> Result<()> {
+    let arch = model.architecture();
+    if arch.name != "CLIPModel" {
+        return Err(HubError::Input(format!(
+            "zero-shot image classification needs a CLIPModel; {} is {} ({})",
+            model.dir().display(),
+            arch.model_type,
+            arch.name
+        )));
+    }
+    if labels.is_empty() {
+        return Err(HubError::Input(
+            "zero-shot image classification needs at least one candidate label".into(),
+        ));
+    }
+    if template.matches("{}").count() != 1 {
+        return Err(HubError::Input(format!(
+            "the template {template:?} must hold exactly one {{}}, where each label goes"
+        )));
+    }
+    Ok(())
+}
+
+/// [`zero_shot_image`] over an image already prepared, `[1, C, H, W]`.
+///
+/// # Errors
+/// As [`zero_shot_image`], and a batch of other than one image.
+pub fn zero_shot_pixels(
+    model: &AutoModel,
+    tokenizer: &LmTokenizer,
+    pixels: burn::tensor::Tensor<4>,
+    labels: &[String],
+    template: &str,
+    device: &Device,
+) -> Result<Vec<LabelScore>> {
+    check_zero_shot(model, labels, template)?;
+    let shape = pixels.dims();
+    if shape[0] != 1 {
+        return Err(HubError::Input(format!(
+            "zero-shot image classification takes one image at a time, got {}",
+            shape[0]
+        )));
+    }
+    let values = zoo_core::registry::floats(pixels)?;
+    let mut rows = labels
+        .iter()
+        .map(|label| tokenizer.encode(&template.replacen("{}", label, 1)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(tok)?;
+    // Padded at the end with each row's last token (CLIP's end of text, its padding
+    // token), masked out.
+    let t = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut mask = Vec::with_capacity(rows.len());
+    for row in &mut rows {
+        let len = row.len();
+        mask.push((0..t).map(|i| i64::from(i < len)).collect());
+        row.resize(t, row.last().copied().unwrap_or(0));
+    }
+    let input = ForwardInput {
+        input_ids: Some(IntMatrix {
+            name: "input_ids",
+            rows: rows
+                .into_iter()
+                .map(|r| r.into_iter().map(|id| id as i64).collect())
+                .collect(),
+        }),
+        attention_mask: Some(IntMatrix {
+            name: "attention_mask",
+            rows: mask,
+        }),
+        pixel_values: Some(Pixels { shape, values }),
+        ..ForwardInput::default()
+    };
+    let outputs = model.forward(&input, device)?;
+    let (_, logits, _) = outputs
+        .into_iter()
+        .find(|(name, _, _)| *name == "logits_per_image")
+        .ok_or_else(|| HubError::Input("the model gave no logits_per_image".into()))?;
+    let probs = softmax(&logits);
+    let mut scores: Vec<LabelScore> = labels
+        .iter()
+        .zip(probs)
+        .map(|(label, score)| LabelScore {
+            label: label.clone(),
+            score,
+        })
+        .collect();
+    // HF sorts by score, keeping the given order among equal scores.
+    scores.sort_by(|a, b| b.score.total_cmp(&a.score));
+    Ok(scores)
 }

@@ -7,5 +7,9 @@ zoo_attention::family_error! {
         /// that cannot be used.
         #[error("{0}")]
         Image(String),
+        /// A CLIP configuration value that cannot work, or a `config.json` that does
+        /// not parse.
+        #[error("invalid CLIP config: {0}")]
+        ClipConfig(zoo_core::ConfigError),
     }
 }

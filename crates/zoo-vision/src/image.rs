@@ -68,6 +68,10 @@ struct RawConfig {
     size: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default = "bilinear")]
     resample: u32,
+    #[serde(default)]
+    do_center_crop: bool,
+    #[serde(default)]
+    crop_size: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default = "yes")]
     do_rescale: bool,
     #[serde(default = "one_255th")]
@@ -98,11 +102,59 @@ fn half() -> Vec<f32> {
 /// image alone would exhaust memory (a side of 2^32 asked for 171 GB).
 pub const MAX_SIDE: usize = 16384;
 
-/// How images become pixel values: HF's `ViTImageProcessor` settings.
+/// A positive side of a `size` or `crop_size` object.
+fn side(size: &serde_json::Map<String, serde_json::Value>, key: &str) -> Option<usize> {
+    size.get(key)
+        .and_then(serde_json::Value::as_u64)
+        .filter(|v| *v > 0)
+        .map(|v| v as usize)
+}
+
+/// `(h, w)`, when neither passes [`MAX_SIDE`].
+fn checked(h: usize, w: usize) -> Result<(usize, usize)> {
+    if h > MAX_SIDE || w > MAX_SIDE {
+        return Err(VisionError::Image(format!(
+            "size {h}x{w} is larger than the {MAX_SIDE} pixels a side an image may be \
+             resized to"
+        )));
+    }
+    Ok((h, w))
+}
+
+/// How an image is resized (HF's `size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resize {
+    /// To exactly `(height, width)` (`{"height", "width"}`, ViT's).
+    Exact(usize, usize),
+    /// The shorter side to this length and the longer in proportion, rounded down
+    /// (`{"shortest_edge"}`, CLIP's).
+    ShortestEdge(usize),
+}
+
+impl Resize {
+    /// The `(height, width)` an `h × w` image is resized to.
+    pub fn output(self, h: usize, w: usize) -> (usize, usize) {
+        match self {
+            Self::Exact(h, w) => (h, w),
+            Self::ShortestEdge(side) => {
+                // HF's `get_resize_output_image_size` with `default_to_square=False`.
+                let (short, long) = if w <= h { (w, h) } else { (h, w) };
+                let long = (side as f64 * long as f64 / short.max(1) as f64) as usize;
+                if w <= h { (long, side) } else { (side, long) }
+            }
+        }
+    }
+}
+
+/// How images become pixel values: HF's `ViTImageProcessor` and `CLIPImageProcessor`
+/// settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageProcessor {
-    /// Output `(height, width)`, when resizing.
-    pub resize: Option<(usize, usize)>,
+    /// How to resize, when resizing.
+    pub resize: Option<Resize>,
+    /// The centre `(height, width)` cut out after resizing, when set (HF's
+    /// `do_center_crop` with `crop_size`).
+    pub center_crop: Option<(usize, usize)>,
     /// Resizing filter.
     pub resample: Resample,
     /// Multiplies the 8-bit values, when set (HF: `1/255`).
@@ -119,7 +171,8 @@ impl ImageProcessor {
     /// 1/255, normalise with mean 0.5 and std 0.5 per RGB channel.
     pub fn vit(size: usize) -> Self {
         Self {
-            resize: Some((size, size)),
+            resize: Some(Resize::Exact(size, size)),
+            center_crop: None,
             resample: Resample::Bilinear,
             rescale_factor: Some(1.0 / 255.0),
             normalize: Some((vec![0.5; 3], vec![0.5; 3])),
@@ -130,8 +183,9 @@ impl ImageProcessor {
     /// Reads `dir/preprocessor_config.json`.
     ///
     /// # Errors
-    /// A missing or malformed file, a `size` without `height` and `width`, an unknown
-    /// filter, or means and stds of different lengths or with a zero std.
+    /// A missing or malformed file, a `size` without `height` and `width` or
+    /// `shortest_edge`, a centre crop without `crop_size`, an unknown filter, or means and
+    /// stds of different lengths or with a zero std.
     pub fn from_pretrained(dir: impl AsRef<Path>) -> Result<Self> {
         let path = dir.as_ref().join("preprocessor_config.json");
         let named = |m: String| VisionError::Image(format!("{}: {m}", path.display()));
@@ -148,23 +202,30 @@ impl ImageProcessor {
             serde_json::from_str(text).map_err(|e| VisionError::Image(e.to_string()))?;
         let resize = if raw.do_resize {
             let size = raw.size.unwrap_or_default();
-            let side = |key: &str| {
-                size.get(key)
-                    .and_then(serde_json::Value::as_u64)
-                    .filter(|v| *v > 0)
-                    .map(|v| v as usize)
-            };
-            match (side("height"), side("width")) {
-                (Some(h), Some(w)) if h > MAX_SIDE || w > MAX_SIDE => {
-                    return Err(VisionError::Image(format!(
-                        "size {h}x{w} is larger than the {MAX_SIDE} pixels a side an image \
-                         may be resized to"
-                    )));
-                }
-                (Some(h), Some(w)) => Some((h, w)),
+            Some(match (side(&size, "height"), side(&size, "width")) {
+                (Some(h), Some(w)) => Resize::Exact(checked(h, w)?.0, w),
+                _ => match side(&size, "shortest_edge") {
+                    Some(s) => Resize::ShortestEdge(checked(s, s)?.0),
+                    None => {
+                        return Err(VisionError::Image(format!(
+                            "size {} is not supported: give a positive \"height\" and \
+                             \"width\", or \"shortest_edge\"",
+                            serde_json::Value::Object(size)
+                        )));
+                    }
+                },
+            })
+        } else {
+            None
+        };
+        let center_crop = if raw.do_center_crop {
+            let size = raw.crop_size.unwrap_or_default();
+            match (side(&size, "height"), side(&size, "width")) {
+                (Some(h), Some(w)) => Some(checked(h, w)?),
                 _ => {
                     return Err(VisionError::Image(format!(
-                        "size {} is not supported: give a positive \"height\" and \"width\"",
+                        "crop_size {} is not supported: give a positive \"height\" and \
+                         \"width\"",
                         serde_json::Value::Object(size)
                     )));
                 }
@@ -189,6 +250,7 @@ impl ImageProcessor {
         }
         Ok(Self {
             resize,
+            center_crop,
             resample: Resample::from_pil(raw.resample)?,
             rescale_factor: raw.do_rescale.then_some(raw.rescale_factor as f32),
             normalize: raw.do_normalize.then_some((raw.image_mean, raw.image_std)),
@@ -196,16 +258,47 @@ impl ImageProcessor {
         })
     }
 
+    /// The `(height, width)` of an `h × w` image after resizing and cropping.
+    pub fn output_size(&self, h: usize, w: usize) -> (usize, usize) {
+        let resized = self.resize.map_or((h, w), |r| r.output(h, w));
+        self.center_crop.unwrap_or(resized)
+    }
+
     /// The pixel values of one image, `[C, H, W]` row-major.
-    pub fn preprocess(&self, image: &DynamicImage) -> Vec<f32> {
+    ///
+    /// # Errors
+    /// A resized side above [`MAX_SIDE`] (a long thin image resized by its shortest
+    /// edge), or a centre crop larger than the resized image.
+    pub fn preprocess(&self, image: &DynamicImage) -> Result<Vec<f32>> {
+        let (h0, w0) = (image.height() as usize, image.width() as usize);
+        let target = self.resize.map(|r| r.output(h0, w0));
+        if let Some((h, w)) = target.filter(|(h, w)| *h > MAX_SIDE || *w > MAX_SIDE) {
+            return Err(VisionError::Image(format!(
+                "the {h0}x{w0} image would be resized to {h}x{w}, larger than the \
+                 {MAX_SIDE} pixels a side an image may be resized to"
+            )));
+        }
         let resized;
-        let image = match self.resize {
-            Some((h, w)) if (image.height() as usize, image.width() as usize) != (h, w) => {
+        let mut image = match target {
+            Some((h, w)) if (h0, w0) != (h, w) => {
                 resized = image.resize_exact(w as u32, h as u32, self.resample.filter());
                 &resized
             }
             _ => image,
         };
+        let cropped;
+        if let Some((ch, cw)) = self.center_crop {
+            let (h, w) = (image.height() as usize, image.width() as usize);
+            if ch > h || cw > w {
+                return Err(VisionError::Image(format!(
+                    "crop_size {ch}x{cw} is larger than the {h}x{w} image it cuts"
+                )));
+            }
+            // HF's `center_crop`: the offsets rounded down.
+            let (top, left) = ((h - ch) / 2, (w - cw) / 2);
+            cropped = image.crop_imm(left as u32, top as u32, cw as u32, ch as u32);
+            image = &cropped;
+        }
         let (w, h) = (image.width() as usize, image.height() as usize);
         // Interleaved 8-bit samples, `[H, W, C]`.
         let samples = if self.channels == 1 {
@@ -224,7 +317,7 @@ impl ImageProcessor {
             }
             out[ch * h * w + pixel] = x;
         }
-        out
+        Ok(out)
     }
 
     /// Pixel values of several images of one size after preprocessing, `[B, C, H, W]`.
@@ -235,21 +328,19 @@ impl ImageProcessor {
         let first = images
             .first()
             .ok_or_else(|| VisionError::Input("empty batch of images".into()))?;
-        let size = |im: &DynamicImage| {
-            self.resize
-                .unwrap_or((im.height() as usize, im.width() as usize))
-        };
+        let size = |im: &DynamicImage| self.output_size(im.height() as usize, im.width() as usize);
         let (h, w) = size(first);
         let mut values = Vec::with_capacity(images.len() * self.channels * h * w);
         for (i, im) in images.iter().enumerate() {
             if size(im) != (h, w) {
                 return Err(VisionError::Input(format!(
-                    "image {i} is {}x{}, image 0 is {h}x{w}; resize them to one size",
-                    im.height(),
-                    im.width()
+                    "image {i} is {}x{} once preprocessed, image 0 is {h}x{w}; resize them \
+                     to one size",
+                    size(im).0,
+                    size(im).1
                 )));
             }
-            values.extend(self.preprocess(im));
+            values.extend(self.preprocess(im)?);
         }
         Ok(Tensor::from_data(
             TensorData::new(values, [images.len(), self.channels, h, w]),
@@ -298,12 +389,57 @@ mod tests {
             resize: None,
             ..p.clone()
         };
-        let v = no_resize.preprocess(&DynamicImage::ImageRgb8(im));
+        let v = no_resize.preprocess(&DynamicImage::ImageRgb8(im)).unwrap();
         // Channel-major: R of both pixels, then G, then B; (x/255 - 0.5) / 0.5.
         let expected = [-1.0, 1.0, -0.6, -0.2, 1.0, -1.0];
         for (got, want) in v.iter().zip(expected) {
             assert!((got - want).abs() < 1e-6, "{v:?}");
         }
+    }
+
+    #[test]
+    fn the_shortest_edge_and_the_centre_crop_follow_hf() {
+        // int(30 · 45 / 37) = 36, the longer side rounded down.
+        assert_eq!(Resize::ShortestEdge(30).output(45, 37), (36, 30));
+        assert_eq!(Resize::ShortestEdge(30).output(37, 45), (30, 36));
+        assert_eq!(Resize::ShortestEdge(30).output(30, 30), (30, 30));
+        assert_eq!(Resize::Exact(7, 9).output(30, 30), (7, 9));
+        let thin = DynamicImage::new_rgb8(1, 600);
+        let mut p = ImageProcessor::vit(4);
+        p.resize = Some(Resize::ShortestEdge(30));
+        assert_eq!(
+            p.preprocess(&thin).unwrap_err().to_string(),
+            "the 600x1 image would be resized to 18000x30, larger than the 16384 pixels a side \
+             an image may be resized to"
+        );
+        // A 5-wide, 2-high image whose red is its column: a 1x2 crop takes row 0
+        // ((2 - 1) / 2 = 0) and columns 1 and 2 ((5 - 2) / 2 = 1), as HF's offsets.
+        let mut im = image::RgbImage::new(5, 2);
+        for (x, y, p) in im.enumerate_pixels_mut() {
+            *p = image::Rgb([x as u8 * 10, y as u8, 0]);
+        }
+        let crop = ImageProcessor {
+            resize: None,
+            center_crop: Some((1, 2)),
+            resample: Resample::Bilinear,
+            rescale_factor: None,
+            normalize: None,
+            channels: 3,
+        };
+        let im = DynamicImage::ImageRgb8(im);
+        assert_eq!(crop.output_size(2, 5), (1, 2));
+        assert_eq!(
+            crop.preprocess(&im).unwrap(),
+            [10.0, 20.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        let too_big = ImageProcessor {
+            center_crop: Some((3, 2)),
+            ..crop
+        };
+        assert_eq!(
+            too_big.preprocess(&im).unwrap_err().to_string(),
+            "crop_size 3x2 is larger than the 2x5 image it cuts"
+        );
     }
 
     #[test]
@@ -313,18 +449,25 @@ mod tests {
                 "rescale_factor": 0.5, "image_mean": [0.1, 0.2, 0.3], "image_std": [1, 2, 4]}"#,
         )
         .unwrap();
-        assert_eq!(p.resize, Some((30, 40)));
+        assert_eq!(p.resize, Some(Resize::Exact(30, 40)));
         assert_eq!(p.resample, Resample::Bicubic);
         assert_eq!(p.rescale_factor, Some(0.5));
         assert_eq!(p.normalize.unwrap().1, vec![1.0, 2.0, 4.0]);
         for (json, message) in [
             (
                 "{}",
-                "size {} is not supported: give a positive \"height\" and \"width\"",
+                "size {} is not supported: give a positive \"height\" and \"width\", or \
+                 \"shortest_edge\"",
             ),
             (
-                r#"{"size": {"shortest_edge": 224}}"#,
-                "size {\"shortest_edge\":224} is not supported: give a positive \"height\" and \"width\"",
+                r#"{"size": {"longest_edge": 224}}"#,
+                "size {\"longest_edge\":224} is not supported: give a positive \"height\" and \
+                 \"width\", or \"shortest_edge\"",
+            ),
+            (
+                r#"{"do_resize": false, "do_center_crop": true, "crop_size": {"height": 9}}"#,
+                "crop_size {\"height\":9} is not supported: give a positive \"height\" and \
+                 \"width\"",
             ),
             (
                 r#"{"do_resize": false, "resample": 7}"#,

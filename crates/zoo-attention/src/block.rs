@@ -73,7 +73,16 @@ pub enum NormKind {
     RmsNorm,
     /// RMSNorm scaled by `1 + weight`, the weight starting at 0 (Gemma).
     OffsetRmsNorm,
+    /// LayerNorm without a bias (ModernBERT's `norm_bias: false`).
+    BiasFreeLayerNorm,
+    /// No norm: the identity (ModernBERT's first attention, whose input the embeddings'
+    /// norm has normed already).
+    Identity,
 }
+
+/// The identity, where a layer has no norm.
+#[derive(Module, Debug, Default)]
+pub struct NoNorm;
 
 /// A LayerNorm or an RMSNorm, chosen by [`NormKind`].
 #[derive(Module, Debug)]
@@ -84,6 +93,8 @@ pub enum Norm {
     RmsNorm(RmsNorm),
     /// RMSNorm scaled by `1 + weight` (Gemma).
     OffsetRmsNorm(OffsetRmsNorm),
+    /// No norm.
+    Identity(NoNorm),
 }
 
 /// RMSNorm as Gemma computes it: `x / sqrt(mean(x²) + eps) · (1 + weight)`, in f32,
@@ -134,6 +145,13 @@ impl Norm {
             NormKind::OffsetRmsNorm => {
                 Self::OffsetRmsNorm(OffsetRmsNorm::new(d_model, epsilon, device))
             }
+            NormKind::BiasFreeLayerNorm => Self::LayerNorm(
+                LayerNormConfig::new(d_model)
+                    .with_epsilon(epsilon)
+                    .with_bias(false)
+                    .init(device),
+            ),
+            NormKind::Identity => Self::Identity(NoNorm),
         }
     }
 
@@ -144,6 +162,7 @@ impl Norm {
             Self::LayerNorm(n) => n.forward(x),
             Self::RmsNorm(n) => n.forward(x),
             Self::OffsetRmsNorm(n) => n.forward(x),
+            Self::Identity(_) => x,
         }
     }
 }
@@ -295,7 +314,8 @@ impl NormKind {
     pub fn num_params(self, d: usize) -> usize {
         match self {
             Self::LayerNorm => 2 * d,
-            Self::RmsNorm | Self::OffsetRmsNorm => d,
+            Self::RmsNorm | Self::OffsetRmsNorm | Self::BiasFreeLayerNorm => d,
+            Self::Identity => 0,
         }
     }
 }

@@ -39,19 +39,21 @@ pub enum FfnActivation {
     /// `down(gelu(gate(x)) * up(x))` (Shazeer, 2020; T5 v1.1's `gated-gelu`, with the
     /// tanh approximation as HF's `gelu_new`).
     GeGlu,
+    /// `down(gelu(gate(x)) * up(x))` with exact (erf) GELU (ModernBERT).
+    GeGluExact,
 }
 
 impl FfnActivation {
     /// Whether the activation multiplies by a gate projection.
     pub fn is_gated(self) -> bool {
-        matches!(self, Self::SwiGlu | Self::GeGlu)
+        matches!(self, Self::SwiGlu | Self::GeGlu | Self::GeGluExact)
     }
 
     /// The elementwise non-linearity: of the hidden layer, or of the gate when gated.
     fn elementwise(self) -> HiddenAct {
         match self {
             Self::Relu => HiddenAct::Relu,
-            Self::Gelu => HiddenAct::Gelu,
+            Self::Gelu | Self::GeGluExact => HiddenAct::Gelu,
             Self::GeluTanh | Self::GeGlu => HiddenAct::GeluTanh,
             Self::QuickGelu => HiddenAct::QuickGelu,
             Self::Silu | Self::SwiGlu => HiddenAct::Silu,
@@ -99,10 +101,10 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 
 /// The gated activation whose gate non-linearity is `act`.
 fn gated(act: HiddenAct) -> FfnActivation {
-    if act == HiddenAct::Silu {
-        FfnActivation::SwiGlu
-    } else {
-        FfnActivation::GeGlu
+    match act {
+        HiddenAct::Silu => FfnActivation::SwiGlu,
+        HiddenAct::Gelu => FfnActivation::GeGluExact,
+        _ => FfnActivation::GeGlu,
     }
 }
 
@@ -660,6 +662,7 @@ mod tests {
             FfnActivation::Silu,
             FfnActivation::SwiGlu,
             FfnActivation::GeGlu,
+            FfnActivation::GeGluExact,
         ] {
             let ffn = FeedForwardConfig::new(4, 8)
                 .with_activation(act)
@@ -699,6 +702,10 @@ mod tests {
                     let inner = (g.clone() + g.clone().powi_scalar(3) * 0.044715)
                         * (2.0 / std::f64::consts::PI).sqrt();
                     g * (inner.tanh() + 1.0) * 0.5 * up.clone()
+                }
+                FfnActivation::GeGluExact => {
+                    let g = gate_proj.unwrap().forward(input.clone());
+                    g.clone() * ((g / std::f64::consts::SQRT_2).erf() + 1.0) * 0.5 * up.clone()
                 }
             };
             let expected = down_proj.forward(h);

@@ -36,7 +36,7 @@ pub mod position;
 pub mod sdpa;
 
 pub use block::{
-    BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, Norm,
+    BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, NoNorm, Norm,
     NormKind, NormPlacement, OffsetRmsNorm, ParallelBlock, ParallelBlockConfig, SandwichBlock,
     SandwichBlockConfig, TransformerBlock, TransformerBlockConfig, linear_rows, tied_logits,
 };

@@ -15,6 +15,9 @@
 //!   checkpoint and config names, its sequence classifier's ReLU (a [`pretrained::Layout`]);
 //! - [`roberta`]: RoBERTa, the same modules with positions after the padding id and its
 //!   own checkpoint names (a [`pretrained::Layout`]);
+//! - [`modernbert`]: ModernBERT, its own modules from `zoo-attention`'s parts (RoPE,
+//!   alternating global and local attention, a fused gated MLP, bias-free norms) with
+//!   the masked LM, sequence, token and span heads;
 //! - [`registry`]: the family's rows for `zoo-hub`'s `AutoModel`;
 //! - [`pretrained`]: `from_pretrained(dir)` / `save_pretrained(dir)` for HF checkpoints
 //!   (`config.json` with `model.safetensors` or `pytorch_model.bin`, bare `BertModel` keys or
@@ -35,6 +38,7 @@ pub mod distilbert;
 mod error;
 pub mod mlm;
 pub mod model;
+pub mod modernbert;
 pub mod pretrained;
 pub mod registry;
 pub mod roberta;
@@ -47,6 +51,10 @@ pub use model::{
     BertEmbeddings, BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
     BertForTokenClassification, BertLayer, BertModel, EncoderInput, EncoderOutput, PositionIds,
     SpanLogits,
+};
+pub use modernbert::{
+    HeadKind, HeadLogits, ModernBertConfig, ModernBertForClassification, ModernBertForMaskedLm,
+    ModernBertModel,
 };
 pub use sentence::{Pooling, PoolingConfig, PoolingModes, SentenceEncoder};
 /// BERT's WordPiece tokenizer, which lives in `zoo-data` with every family's.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use burn::tensor::Device;
+use burn::tensor::{Bool, Device, Int, Tensor};
 use zoo_core::ModelError;
 use zoo_core::registry::{
     AdapterLoader, Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Loader,
@@ -15,6 +15,9 @@ use zoo_core::registry::{
 use crate::model::{
     BertForMaskedLm, BertForQuestionAnswering, BertForSequenceClassification,
     BertForTokenClassification, BertModel, EncoderInput,
+};
+use crate::modernbert::{
+    HeadKind, HeadLogits, ModernBertForClassification, ModernBertForMaskedLm, ModernBertModel,
 };
 use crate::pretrained::{BERT, Layout};
 use crate::{distilbert, roberta};
@@ -71,10 +74,114 @@ pub const ARCHITECTURES: &[Architecture] = &{
     let [r0, r1, r2, r3, r4] = rows(&roberta::LAYOUT);
     let [x0, x1, x2, x3, x4] = rows(&roberta::XLM_LAYOUT);
     let [d0, d1, d2, d3, d4] = rows(&distilbert::LAYOUT);
+    let [m0, m1, m2, m3, m4] = MODERNBERT;
     [
-        b0, b1, b2, b3, b4, r0, r1, r2, r3, r4, x0, x1, x2, x3, x4, d0, d1, d2, d3, d4,
+        b0, b1, b2, b3, b4, r0, r1, r2, r3, r4, x0, x1, x2, x3, x4, d0, d1, d2, d3, d4, m0, m1, m2,
+        m3, m4,
     ]
 };
+
+/// ModernBERT's rows: its own modules, so its own loaders.
+const MODERNBERT: [Architecture; 5] = {
+    const fn row(name: &'static str, load: Loader) -> Architecture {
+        Architecture {
+            model_type: "modernbert",
+            name,
+            inputs: INPUTS_WITHOUT_TYPES,
+            tasks: &[],
+            load,
+            load_adapted: None,
+        }
+    }
+    [
+        row("ModernBertModel", |dir, device| {
+            boxed(ModernBertModel::from_pretrained(dir, device))
+        }),
+        row("ModernBertForMaskedLM", |dir, device| {
+            boxed(ModernBertForMaskedLm::from_pretrained(dir, device))
+        }),
+        row("ModernBertForSequenceClassification", |dir, device| {
+            boxed(ModernBertForClassification::from_pretrained(
+                dir,
+                HeadKind::Sequence,
+                device,
+            ))
+        }),
+        row("ModernBertForTokenClassification", |dir, device| {
+            boxed(ModernBertForClassification::from_pretrained(
+                dir,
+                HeadKind::Token,
+                device,
+            ))
+        }),
+        row("ModernBertForQuestionAnswering", |dir, device| {
+            boxed(ModernBertForClassification::from_pretrained(
+                dir,
+                HeadKind::Span,
+                device,
+            ))
+        }),
+    ]
+};
+
+/// ModernBERT's `input_ids` and padding from `attention_mask`.
+fn ids_and_padding(
+    input: &ForwardInput,
+    device: &Device,
+) -> Result<(Tensor<2, Int>, Option<Tensor<2, Bool>>), ModelError> {
+    let ids = input.ids()?.to_tensor(device);
+    let padding = input.attention_mask.as_ref().map(|m| m.to_padding(device));
+    Ok((ids, padding))
+}
+
+impl Pretrained for ModernBertModel {
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let (ids, padding) = ids_and_padding(input, device)?;
+        let hidden = ModernBertModel::forward(self, ids, padding).map_err(ModelError::new)?;
+        encoder_outputs(hidden, None)
+    }
+}
+
+impl Pretrained for ModernBertForMaskedLm {
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let (ids, padding) = ids_and_padding(input, device)?;
+        let logits = ModernBertForMaskedLm::forward(self, ids, padding).map_err(ModelError::new)?;
+        Ok(vec![named("logits", logits)?])
+    }
+}
+
+/// `logits`, or the span head's `start_logits` and `end_logits`.
+impl Pretrained for ModernBertForClassification {
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        let (ids, padding) = ids_and_padding(input, device)?;
+        let out =
+            ModernBertForClassification::forward(self, ids, padding).map_err(ModelError::new)?;
+        match (self.kind(), out) {
+            (HeadKind::Span, HeadLogits::PerToken(logits)) => {
+                let [b, t, _] = logits.dims();
+                let side = |i| logits.clone().narrow(2, i, 1).reshape([b, t]);
+                Ok(vec![
+                    named("start_logits", side(0))?,
+                    named("end_logits", side(1))?,
+                ])
+            }
+            (_, HeadLogits::PerToken(logits)) => Ok(vec![named("logits", logits)?]),
+            (_, HeadLogits::PerText(logits)) => Ok(vec![named("logits", logits)?]),
+        }
+    }
+}
 
 fn load_base(dir: &Path, device: &Device) -> Result<Box<dyn Pretrained>, ModelError> {
     boxed(BertModel::from_pretrained(dir, device))

@@ -344,7 +344,7 @@ mod tests {
     fn every_family_contributes_its_rows() {
         assert_eq!(
             model_types(None).join(", "),
-            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, clip, t5, marian, bart, mbart"
+            "gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, modernbert, vit, deit, clip, t5, marian, bart, mbart"
         );
         assert_eq!(
             model_types(Some(Task::Generate)).join(", "),

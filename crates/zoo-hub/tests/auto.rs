@@ -162,7 +162,7 @@ fn bad_folders_and_inputs_are_named() {
     assert!(
         e.ends_with(
             "unknown model_type \"falcon\"; the supported model types are gpt2, llama, \
-             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, vit, deit, clip, t5, marian, bart, mbart"
+             mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral, bert, roberta, xlm-roberta, distilbert, modernbert, vit, deit, clip, t5, marian, bart, mbart"
         ),
         "{e}"
     );

@@ -124,11 +124,12 @@ pub(crate) fn fixtures() -> Result<()> {
     let scripts = [
         ("bert.py", "zoo-encoder", Some(minilm.as_path())),
         ("roberta.py", "zoo-encoder", Some(shakespeare.as_path())),
-        // Pipelines over bert.py's and roberta.py's checkpoints, so after both.
+        ("modernbert.py", "zoo-encoder", Some(shakespeare.as_path())),
+        // Pipelines over bert.py's, roberta.py's and modernbert.py's checkpoints, so after
+        // them.
         ("pipelines.py", "zoo-encoder", Some(shakespeare.as_path())),
         // A PEFT adapter over roberta.py's classifier.
         ("lora_encoder.py", "zoo-encoder", None),
-        ("modernbert.py", "zoo-encoder", None),
         ("vit.py", "zoo-vision", None),
         // CLIP reads vit.py's committed images, so after it.
         ("clip.py", "zoo-vision", Some(shakespeare.as_path())),

@@ -807,9 +807,10 @@ fn same_entry(what: &str, got: &Value, want: &Value) {
 
 /// `zoo fill-mask` and `zoo ner` print what transformers' fill-mask and
 /// token-classification pipelines return (`xtask/fixtures/pipelines.py`): one mask and
-/// two on RoBERTa's byte-level BPE; NER with no aggregation, `simple` and `first` on
-/// RoBERTa (words found by the spacing rule) and on DistilBERT with a WordPiece
-/// tokenizer (words found by the `##` prefix, and [UNK] for unknown characters).
+/// two on RoBERTa's byte-level BPE and on ModernBERT's (`[MASK]`); NER with no
+/// aggregation, `simple` and `first` on RoBERTa and ModernBERT (words found by the spacing
+/// rule) and on DistilBERT with a WordPiece tokenizer (words found by the `##` prefix, and
+/// [UNK] for unknown characters).
 #[test]
 fn fill_mask_and_ner_match_transformers_pipelines() {
     let fixtures = fixture("zoo-encoder", "pipelines");

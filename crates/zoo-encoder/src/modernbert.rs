@@ -175,6 +175,18 @@ pub struct ModernBertConfig {
     /// The padding token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pad_token_id: Option<usize>,
+    /// The start-of-text token, kept for the saved config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_token_id: Option<usize>,
+    /// The end-of-text token, kept for the saved config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eos_token_id: Option<usize>,
+    /// The CLS token, kept for the saved config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cls_token_id: Option<usize>,
+    /// The SEP token, kept for the saved config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sep_token_id: Option<usize>,
     /// HF's `model_type`, `"modernbert"`; checked when present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_type: Option<String>,

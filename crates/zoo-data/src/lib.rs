@@ -29,8 +29,8 @@ pub use error::{DataError, Result};
 pub use locate::{dataset_file, dataset_file_in};
 pub use records::{Format, Labels, Records, Row, Value};
 pub use tokenizer::{
-    BertTokenizer, ChatTemplate, DetailedEncoding, Encoding, LmTokenizer, TextStream, TokenBatch,
-    TokenizerError,
+    BertTokenizer, ChatTemplate, DetailedEncoding, Encoding, LmTokenizer, PairWindow, TextStream,
+    TokenBatch, TokenizerError,
 };
 pub use vocab::CharVocab;
 

@@ -175,6 +175,80 @@ impl LmTokenizer {
         })
     }
 
+    /// The pair `(first, second)` encoded with special tokens and cut into windows of at
+    /// most `max_len` tokens, as HF's question-answering pipeline cuts a question and its
+    /// context: `first` whole in each window, `second` truncated, each window repeating
+    /// the last `stride` tokens of `second` from the one before. Offsets are in
+    /// characters of each text. The same `tokenizers` call as HF's `truncation=
+    /// "only_second"` with `return_overflowing_tokens`, so the windows are HF's.
+    ///
+    /// # Errors
+    /// A `first` that leaves no room for `second` in a window (with its token count), a
+    /// `stride` that leaves `second` no room to advance when it must be cut, a Marian
+    /// folder, or what the tokenizer rejects.
+    pub fn encode_pair_windows(
+        &self,
+        first: &str,
+        second: &str,
+        max_len: usize,
+        stride: usize,
+    ) -> Result<Vec<PairWindow>> {
+        use tokenizers::{
+            PostProcessor as _, TruncationDirection, TruncationParams, TruncationStrategy,
+        };
+        if self.marian.is_some() {
+            return Err(tok_err(
+                "encode",
+                "Marian's tokenizer gives ids only, not windows with offsets",
+            ));
+        }
+        let added = self
+            .inner
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(true));
+        let first_len = self.encode_ids(first, false)?.len();
+        if first_len + added >= max_len {
+            return Err(tok_err(
+                "encode",
+                format!(
+                    "the first text takes {first_len} tokens and the special tokens {added}, \
+                     which leaves no room for the second in a window of {max_len}"
+                ),
+            ));
+        }
+        let room = max_len - added - first_len;
+        if stride >= room && first_len + added + self.encode_ids(second, false)?.len() > max_len {
+            return Err(tok_err(
+                "encode",
+                format!(
+                    "a stride of {stride} tokens leaves no room to advance: a window of \
+                     {max_len} holds {room} tokens of the second text after the first text's \
+                     {first_len} and {added} special tokens"
+                ),
+            ));
+        }
+        let mut tokenizer = self.inner.clone();
+        tokenizer.with_padding(None);
+        super::guarded("encode", || {
+            tokenizer
+                .with_truncation(Some(TruncationParams {
+                    direction: TruncationDirection::Right,
+                    max_length: max_len,
+                    strategy: TruncationStrategy::OnlySecond,
+                    stride,
+                }))
+                .map(|_| ())
+        })?;
+        let mut enc = super::guarded("encode", || {
+            tokenizer.encode_char_offsets((first, second), true)
+        })?;
+        let rest = enc.take_overflowing();
+        Ok(std::iter::once(enc)
+            .chain(rest)
+            .map(|enc| PairWindow { enc })
+            .collect())
+    }
+
     /// The token of an id, if the vocabulary has it.
     pub fn id_to_token(&self, id: usize) -> Option<String> {
         u32::try_from(id)
@@ -291,6 +365,46 @@ pub struct DetailedEncoding {
     pub offsets: Vec<(usize, usize)>,
     /// Whether each token is one the tokenizer added (`[CLS]`, `</s>`).
     pub special: Vec<bool>,
+}
+
+/// One window of [`LmTokenizer::encode_pair_windows`].
+#[derive(Debug, Clone)]
+pub struct PairWindow {
+    enc: tokenizers::Encoding,
+}
+
+impl PairWindow {
+    /// Token ids, special tokens included.
+    pub fn ids(&self) -> Vec<usize> {
+        self.enc.get_ids().iter().map(|&id| id as usize).collect()
+    }
+
+    /// Token type ids (0 for the first text, 1 for the second, where the tokenizer
+    /// marks them).
+    pub fn type_ids(&self) -> Vec<usize> {
+        self.enc
+            .get_type_ids()
+            .iter()
+            .map(|&t| t as usize)
+            .collect()
+    }
+
+    /// Which text each token comes from (0 or 1), `None` for a special token.
+    pub fn sequence_ids(&self) -> Vec<Option<usize>> {
+        self.enc.get_sequence_ids()
+    }
+
+    /// Each token's span in characters of its own text.
+    pub fn offsets(&self) -> &[(usize, usize)] {
+        self.enc.get_offsets()
+    }
+
+    /// The characters of the word that holds `token`, within text `sequence`: from its
+    /// first token's start to its last token's end. `None` for a token in no word.
+    pub fn word_chars(&self, token: usize, sequence: usize) -> Option<(usize, usize)> {
+        let (_, word) = self.enc.token_to_word(token)?;
+        self.enc.word_to_chars(word, sequence)
+    }
 }
 
 /// Turns tokens into text as they come: each [`TextStream::push`] returns the text that

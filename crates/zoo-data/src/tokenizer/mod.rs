@@ -16,7 +16,7 @@ mod marian;
 mod spm;
 mod wordpiece;
 
-pub use bpe::{DetailedEncoding, LmTokenizer, TextStream};
+pub use bpe::{DetailedEncoding, LmTokenizer, PairWindow, TextStream};
 pub use chat::ChatTemplate;
 pub use wordpiece::{BertTokenizer, Encoding, SPECIAL_TOKENS, TokenBatch};
 

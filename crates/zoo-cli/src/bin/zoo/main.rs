@@ -9,6 +9,7 @@
 //! zoo tokenize --model DIR --text TEXT [--target]
 //! zoo fill-mask --model DIR --text TEXT [--top-k K]
 //! zoo ner      --model DIR --text TEXT [--aggregation none|simple|first]
+//! zoo qa       --model DIR --question TEXT (--context TEXT | --context-file FILE) [--top-k K]
 //! zoo classify --model DIR (--image FILE | --text TEXT) [--top K]
 //! zoo embed    --model DIR --input IN.json --output OUT.json
 //! zoo train    --model DIR --task TASK --train FILE [--valid FILE] --output DIR ...
@@ -144,6 +145,10 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         top_k: usize,
     },
+    /// The best spans of a context that answer a question, from a model with a span
+    /// head, as transformers' question-answering pipeline gives them (JSON: one answer,
+    /// or a list of them best first for --top-k above 1).
+    Qa(QaArgs),
     /// The probabilities of an image over candidate labels from CLIP, as transformers'
     /// zero-shot-image-classification pipeline gives them (JSON, most probable first).
     ZeroShotImage {
@@ -304,6 +309,7 @@ fn locate_model(command: &mut Command) -> Result<()> {
         | Command::FillMask { model, .. }
         | Command::ZeroShotImage { model, .. }
         | Command::Ner { model, .. } => model,
+        Command::Qa(args) => &mut args.model,
         Command::Generate(args) => &mut args.model,
         Command::Chat(args) => &mut args.model,
         Command::Translate(args) => &mut args.model,
@@ -337,6 +343,7 @@ fn run(mut cli: Cli) -> Result<()> {
             target,
         } => tokenize(&model, &text, target),
         Command::FillMask { model, text, top_k } => fill_mask(&model, &text, top_k, &device()?),
+        Command::Qa(args) => qa(&args, &device()?),
         Command::ZeroShotImage {
             model,
             image,
@@ -559,6 +566,90 @@ fn fill_mask(dir: &Path, text: &str, top_k: usize, device: &Device) -> Result<()
                     })
                 })
                 .collect()
+        })
+        .collect();
+    let out = match rows.as_slice() {
+        [one] => one.clone(),
+        _ => serde_json::Value::Array(rows),
+    };
+    outln!("{}", json_text(&out)?);
+    Ok(())
+}
+
+/// The arguments of `zoo qa`: the pipeline's, with its defaults.
+#[derive(clap::Args, Debug)]
+struct QaArgs {
+    /// The checkpoint folder, or a hub id (org/name).
+    #[arg(long)]
+    model: PathBuf,
+    /// The question.
+    #[arg(long)]
+    question: String,
+    /// The context to find the answer in.
+    #[arg(
+        long,
+        required_unless_present = "context_file",
+        conflicts_with = "context_file"
+    )]
+    context: Option<String>,
+    /// A UTF-8 file that holds the context.
+    #[arg(long)]
+    context_file: Option<PathBuf>,
+    /// How many answers, best first.
+    #[arg(long, default_value_t = 1)]
+    top_k: usize,
+    /// The longest answer, in tokens.
+    #[arg(long, default_value_t = 15)]
+    max_answer_len: usize,
+    /// Tokens per window, the question's included [default: the tokenizer's
+    /// model_max_length, at most 384].
+    #[arg(long)]
+    max_seq_len: Option<usize>,
+    /// Context tokens each window repeats from the one before [default: half the
+    /// window, at most 128].
+    #[arg(long)]
+    doc_stride: Option<usize>,
+    /// Let the empty answer compete.
+    #[arg(long)]
+    handle_impossible_answer: bool,
+    /// Keep answers to token boundaries instead of widening them to whole words.
+    #[arg(long)]
+    no_align_to_words: bool,
+}
+
+/// `zoo qa`: [`pipelines::question_answering`], printed as HF's pipeline returns it:
+/// `{"score", "start", "end", "answer"}`, or a list of them when there are several.
+fn qa(args: &QaArgs, device: &Device) -> Result<()> {
+    let context = match (&args.context, &args.context_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| CliError::Input(format!("{}: {e}", path.display())))?,
+        (None, None) => return Err(CliError::Input("give --context or --context-file".into())),
+    };
+    let options = pipelines::QaOptions {
+        top_k: args.top_k,
+        max_answer_len: args.max_answer_len,
+        max_seq_len: args.max_seq_len,
+        doc_stride: args.doc_stride,
+        handle_impossible_answer: args.handle_impossible_answer,
+        align_to_words: !args.no_align_to_words,
+    };
+    let model = AutoModel::from_pretrained(&args.model, device)?;
+    let tokenizer = LmTokenizer::from_pretrained(&args.model)?;
+    let answers = pipelines::question_answering(
+        &model,
+        &tokenizer,
+        &args.question,
+        &context,
+        &options,
+        device,
+    )?;
+    let rows: Vec<serde_json::Value> = answers
+        .iter()
+        .map(|a| {
+            serde_json::json!({
+                "score": a.score, "start": a.start, "end": a.end, "answer": a.answer,
+            })
         })
         .collect();
     let out = match rows.as_slice() {

@@ -4,6 +4,8 @@
 //!   and the text with each filled in;
 //! - [`token_classification`] (NER): a token classifier's labels, per token or grouped
 //!   into entities with HF's `simple` and `first` aggregation, with character offsets;
+//! - [`question_answering`]: the best spans of a context for a question, over windows
+//!   with a stride when the context is longer than the model's;
 //! - [`zero_shot_image`]: CLIP's probabilities of an image over candidate labels, each
 //!   put into a prompt template.
 
@@ -14,6 +16,10 @@ use zoo_core::registry::{ForwardInput, IntMatrix, Pixels};
 use zoo_data::{DetailedEncoding, LmTokenizer};
 
 use crate::{AutoModel, HubError, Result};
+
+mod qa;
+
+pub use qa::{Answer, QaOptions, question_answering};
 
 /// One candidate for a mask.
 #[derive(Debug, Clone, PartialEq)]

@@ -153,7 +153,10 @@ fn qa_python(venv: &Path) -> Result<PathBuf> {
     )?;
     let purelib = |python: &Path| -> Result<String> {
         let out = Command::new(python)
-            .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ])
             .output()
             .map_err(|e| format!("{}: {e}", python.display()))?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

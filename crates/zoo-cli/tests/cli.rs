@@ -1359,6 +1359,49 @@ fn classify_prints_the_top_labels_with_probabilities() {
         assert_eq!(name, want_name, "{}", run.stdout);
         assert!((p - q).abs() < 2e-4, "{}: {p} against {q}", run.stdout);
     }
+
+    // ModernBERT's classifier (mean pooling) with the byte-level tokenizer of its masked
+    // LM beside it: its probabilities are the softmax of `zoo forward`'s logits (checked
+    // against transformers above) on the ids `zoo tokenize` gives (checked likewise).
+    let modern = tempdir("classify-modernbert");
+    let cls = fixture("zoo-encoder", "modernbert-tiny-cls");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(cls.join(f), modern.join(f)).unwrap();
+    }
+    let mlm = fixture("zoo-encoder", "modernbert-tiny-mlm");
+    std::fs::copy(mlm.join("tokenizer.json"), modern.join("tokenizer.json")).unwrap();
+    let mut seen = Vec::new();
+    for text in [
+        "Wherefore art thou Romeo?",
+        "Now is the winter of our discontent.",
+    ] {
+        let ids = ok_on("tokenize", &modern, &["--text", text]).stdout;
+        let ids: Vec<i64> = serde_json::from_str(&ids).unwrap();
+        let mask = vec![1; ids.len()];
+        let input = serde_json::json!({"input_ids": [ids], "attention_mask": [mask]});
+        let (_, out) = run_on_json("forward", &modern, &input);
+        let row = flat(&out["logits"]);
+        let top = row.iter().copied().fold(f32::MIN, f32::max);
+        let z: f32 = row.iter().map(|l| (l - top).exp()).sum();
+        let run = ok_on("classify", &modern, &["--text", text]);
+        let mut got = Vec::new();
+        for line in run.stdout.lines() {
+            let mut parts = line.split_whitespace();
+            let p: f32 = parts.next().unwrap().parse().unwrap();
+            let label = parts.next().unwrap();
+            let class = ["negative", "neutral", "positive"]
+                .iter()
+                .position(|l| *l == label)
+                .unwrap();
+            let q = (row[class] - top).exp() / z;
+            assert!((p - q).abs() < 2e-4, "{text}: {label} {p} against {q}");
+            got.push(p);
+        }
+        assert_eq!(got.len(), 3, "{}", run.stdout);
+        seen.push(got);
+    }
+    assert_ne!(seen[0], seen[1], "two texts, one answer");
+    std::fs::remove_dir_all(&modern).unwrap();
 }
 
 #[test]

@@ -21,6 +21,7 @@ use crate::modernbert::{
 };
 use crate::pretrained::{BERT, Layout};
 use crate::{distilbert, roberta};
+use zoo_data::TokenBatch;
 use zoo_data::tokenizer::BertTokenizer;
 
 const INPUTS: &[&str] = &["input_ids", "attention_mask", "token_type_ids"];
@@ -100,13 +101,18 @@ const MODERNBERT: [Architecture; 5] = {
         row("ModernBertForMaskedLM", |dir, device| {
             boxed(ModernBertForMaskedLm::from_pretrained(dir, device))
         }),
-        row("ModernBertForSequenceClassification", |dir, device| {
-            boxed(ModernBertForClassification::from_pretrained(
-                dir,
-                HeadKind::Sequence,
-                device,
-            ))
-        }),
+        Architecture {
+            tasks: &[Task::Classify],
+            ..row("ModernBertForSequenceClassification", |dir, device| {
+                let model =
+                    ModernBertForClassification::from_pretrained(dir, HeadKind::Sequence, device)
+                        .map_err(ModelError::new)?;
+                Ok(Box::new(ModernTextClassifier {
+                    model,
+                    dir: dir.to_path_buf(),
+                }))
+            })
+        },
         row("ModernBertForTokenClassification", |dir, device| {
             boxed(ModernBertForClassification::from_pretrained(
                 dir,
@@ -332,9 +338,7 @@ impl Classifier for TextClassifier {
             ));
         };
         let bert = &self.model.bert;
-        let tokenizer =
-            BertTokenizer::from_pretrained(&self.dir, bert.max_len()).map_err(ModelError::new)?;
-        let batch = tokenizer.encode_batch(&[text]).map_err(ModelError::new)?;
+        let batch = encode_text(&self.dir, bert.max_len(), text)?;
         let mut input = EncoderInput::from_batch(&batch, device);
         if bert.config().type_vocab_size == 0 {
             input.token_types = None; // DistilBERT has none
@@ -343,6 +347,65 @@ impl Classifier for TextClassifier {
         Ok(Classes {
             logits,
             labels: bert.config().labels(),
+        })
+    }
+}
+
+/// `text` through the folder's tokenizer, cut at `max_len` tokens.
+fn encode_text(dir: &Path, max_len: usize, text: &str) -> Result<TokenBatch, ModelError> {
+    let tokenizer = BertTokenizer::from_pretrained(dir, max_len).map_err(ModelError::new)?;
+    tokenizer.encode_batch(&[text]).map_err(ModelError::new)
+}
+
+/// ModernBERT's sequence classifier with the folder its tokenizer is read from.
+#[derive(Module, Debug)]
+pub struct ModernTextClassifier {
+    /// The model.
+    pub model: ModernBertForClassification,
+    /// The checkpoint folder.
+    #[module(skip)]
+    pub dir: PathBuf,
+}
+
+impl Pretrained for ModernTextClassifier {
+    fn forward(
+        &self,
+        input: &ForwardInput,
+        device: &Device,
+    ) -> Result<Vec<NamedOutput>, ModelError> {
+        Pretrained::forward(&self.model, input, device)
+    }
+
+    fn classifier(&self) -> Option<&dyn Classifier> {
+        Some(self)
+    }
+}
+
+impl Classifier for ModernTextClassifier {
+    fn modality(&self) -> Modality {
+        Modality::Text
+    }
+
+    fn classify(&self, input: ClassifyInput<'_>, device: &Device) -> Result<Classes, ModelError> {
+        let ClassifyInput::Text(text) = input else {
+            return Err(ModelError::msg(
+                "a sequence classifier classifies text, not images",
+            ));
+        };
+        let config = self.model.model.config();
+        let batch = encode_text(&self.dir, config.max_position_embeddings, text)?;
+        let logits = self
+            .model
+            .forward(batch.ids_tensor(device), Some(batch.padding_tensor(device)))
+            .map_err(ModelError::new)?;
+        let HeadLogits::PerText(logits) = logits else {
+            return Err(ModelError::msg(
+                "this ModernBERT head gives no logits per text",
+            ));
+        };
+        Ok(Classes {
+            logits,
+            labels: config.labels(),
         })
     }
 }

@@ -226,8 +226,8 @@ pub fn question_answering(
     let mut min_null = 1_000_000.0_f64;
     let mut answers: Vec<Answer> = Vec::new();
     for window in &windows {
-        let (start_logits, end_logits) = span_logits(model, window, token_types, device)
-            .map_err(|e| {
+        let (start_logits, end_logits) =
+            span_logits(model, window, token_types, device).map_err(|e| {
                 HubError::Input(format!(
                     "{e} (a window of max_seq_len {max_seq_len}: a smaller one fits the model)"
                 ))

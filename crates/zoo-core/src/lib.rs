@@ -28,6 +28,7 @@ pub mod durable;
 mod error;
 pub mod generate;
 pub mod model;
+pub mod quant;
 pub mod registry;
 pub mod tokens;
 pub mod validate;
@@ -42,6 +43,7 @@ pub use generate::{
 pub use model::{
     CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits, kept_rows,
 };
+pub use quant::{QuantBits, QuantOptions, QuantReport, quantize_linear_weights};
 pub use registry::{
     Architecture, Classes, Classifier, ClassifyInput, ForwardInput, Modality, NamedOutput,
     Pretrained, Task, TextGenerator, Translator, thousands,

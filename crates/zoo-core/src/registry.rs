@@ -291,8 +291,35 @@ pub fn thousands(n: usize) -> String {
     out
 }
 
+/// A model whose linear weights can be quantized, as every Burn module that is a
+/// [`Pretrained`] can: [`Pretrained`] asks for it through this trait, so no family
+/// writes it.
+pub trait Quantize {
+    /// The model with the linear weights of its layer stacks quantized
+    /// ([`crate::quantize_linear_weights`]), and what was done.
+    ///
+    /// # Errors
+    /// A block size out of range.
+    fn quantized(
+        self: Box<Self>,
+        options: &crate::QuantOptions,
+        device: &Device,
+    ) -> Result<(Box<dyn Pretrained>, crate::QuantReport), ModelError>;
+}
+
+impl<M: burn::module::Module + Pretrained + 'static> Quantize for M {
+    fn quantized(
+        self: Box<Self>,
+        options: &crate::QuantOptions,
+        device: &Device,
+    ) -> Result<(Box<dyn Pretrained>, crate::QuantReport), ModelError> {
+        let (model, report) = crate::quantize_linear_weights(*self, options, device)?;
+        Ok((Box::new(model), report))
+    }
+}
+
 /// A loaded checkpoint of any family.
-pub trait Pretrained: ParamCount {
+pub trait Pretrained: ParamCount + Quantize {
     /// The outputs of one forward pass, named as HF names them (`logits`, or
     /// `last_hidden_state` and `pooler_output`).
     ///

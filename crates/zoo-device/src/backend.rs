@@ -142,6 +142,27 @@ pub fn is_libtorch(device: &Device) -> bool {
     )
 }
 
+/// Whether Burn 0.22.1 quantizes weights to `bits` on this device: flex and the CubeCL
+/// backends (wgpu, cuda) take 8 and 4 bits; ndarray only 8; libtorch none (burn-tch's
+/// quantized ops are unimplemented and would panic).
+///
+/// # Errors
+/// The backend and the width it cannot take, in a sentence.
+pub fn check_quantization(device: &Device, bits: u32) -> Result<(), String> {
+    let name = BackendName::of(device).map_or("this device", BackendName::as_str);
+    match runtime_of(device) {
+        Runtime::Named(BackendName::Tch | BackendName::TchCuda) | Runtime::OtherLibTorch => {
+            Err(format!(
+                "quantized weights are not supported on {name}: libtorch has no quantized ops in Burn 0.22.1; use flex or wgpu"
+            ))
+        }
+        Runtime::Named(BackendName::NdArray) if bits != 8 => Err(format!(
+            "{bits}-bit weights are not supported on ndarray (it quantizes to 8 bits only); use q8, or flex or wgpu"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Whether Burn 0.22.1 implements collective operations (the all-reduce of distributed
 /// data-parallel training) on this device: only CubeCL CUDA does; on other devices the
 /// all-reduce would panic inside a worker thread.

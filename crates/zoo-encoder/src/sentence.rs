@@ -292,6 +292,21 @@ impl SentenceEncoder {
         })
     }
 
+    /// The encoder with the linear weights of its layers quantized
+    /// ([`zoo_core::quantize_linear_weights`]; the embeddings keep their precision), and
+    /// what was quantized.
+    ///
+    /// # Errors
+    /// See [`zoo_core::quantize_linear_weights`].
+    pub fn quantize(
+        self,
+        options: &zoo_core::QuantOptions,
+        device: &Device,
+    ) -> std::result::Result<(Self, zoo_core::QuantReport), zoo_core::ModelError> {
+        let (bert, report) = zoo_core::quantize_linear_weights(self.bert, options, device)?;
+        Ok((Self { bert, ..self }, report))
+    }
+
     /// Embeds a tokenized batch: `[B, H * modes]`.
     ///
     /// # Errors

@@ -45,7 +45,7 @@ use zoo_core::registry::{
     Architecture, Classifier, ForwardInput, NamedOutput, Pretrained, Task, TextGenerator,
     Translator,
 };
-use zoo_core::{CoreError, ModelError};
+use zoo_core::{CoreError, ModelError, QuantOptions, QuantReport};
 
 /// What can go wrong finding or running a checkpoint.
 #[derive(Debug, thiserror::Error)]
@@ -333,6 +333,29 @@ impl AutoModel {
     /// The model itself.
     pub fn model(&self) -> &dyn Pretrained {
         self.model.as_ref()
+    }
+
+    /// The model with the linear weights of its layer stacks quantized through Burn
+    /// ([`zoo_core::quantize_linear_weights`]: embeddings, heads, norms and biases keep
+    /// their precision), and what was quantized.
+    ///
+    /// # Errors
+    /// A backend that cannot run quantized weights of that width (libtorch; ndarray
+    /// below 8 bits), a block size out of range, or a model with no linear weight to
+    /// quantize.
+    pub fn quantize(self, options: &QuantOptions, device: &Device) -> Result<(Self, QuantReport)> {
+        let (model, report) = self.model.quantized(options, device)?;
+        if report.tensors == 0 {
+            return Err(HubError::Input(format!(
+                "{}: no linear weight of {} can be quantized {options} ({} kept: their \
+                 widths are not multiples of the block)",
+                self.detected.dir.display(),
+                self.detected.architecture.name,
+                report.kept
+            )));
+        }
+        let detected = self.detected;
+        Ok((Self { detected, model }, report))
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use zoo_core::{GenerationConfig, generate};
 use zoo_decoder::{DecoderLm, HfDecoderConfig, LmTokenizer};
 use zoo_device::testing::max_abs_diff_slices;
-use zoo_device::{test_backend, test_device};
+use zoo_device::{BackendName, test_backend, test_device};
 use zoo_vision::{
     DeiTForImageClassificationWithTeacher, ImageInput, ImageProcessor, ViTForImageClassification,
 };
@@ -1470,6 +1470,103 @@ fn embed_matches_sentence_transformers_on_minilm() {
     assert!(diff <= 1e-4, "embeddings differ by {diff}");
 }
 
+/// `--quantize q8` (blocks of 32 by default) on `embed`, `generate` and `classify`: the
+/// weights are quantized as the model loads, a line on stderr says how many tensors and
+/// bytes, MiniLM's embeddings keep a cosine of at least 0.995 to sentence-transformers'
+/// (and move: the control that the flag acts), and libtorch refuses in one line.
+#[test]
+fn quantize_at_load_time_keeps_minilm_and_reports_what_it_did() {
+    let minilm = zoo_fixtures::minilm_dir();
+    let e = read_json(&fixture("zoo-encoder", "minilm/expected.json"));
+    let tmp = tempdir("quantize-embed");
+    let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
+    std::fs::write(&inp, json!({"sentences": e["sentences"]}).to_string()).unwrap();
+    let args = [
+        "embed",
+        "--model",
+        minilm.to_str().unwrap(),
+        "--input",
+        inp.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--quantize",
+        "q8",
+    ];
+    let run = zoo(&args);
+    if matches!(test_backend(), BackendName::Tch | BackendName::TchCuda) {
+        assert_eq!(run.status, Some(1));
+        assert!(
+            run.stderr
+                .starts_with("error: quantized weights are not supported on tch"),
+            "{}",
+            run.stderr
+        );
+        assert!(!out.exists(), "no output after an error");
+        return;
+    }
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "quantized 36 weight tensors (q8 in blocks of 32): 42.47 MB as f32, 11.94 MB quantized"
+        ),
+        "{}",
+        run.stderr
+    );
+    let got = flat(&read_json(&out)["embeddings"]);
+    let want = flat(&e["embeddings"]);
+    let mut moved = 0f32;
+    for (g, w) in got.chunks(384).zip(want.chunks(384)) {
+        let dot: f32 = g.iter().zip(w).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cosine = dot / (norm(g) * norm(w));
+        assert!(cosine >= 0.995, "cosine {cosine}");
+        moved = moved.max(max_abs_diff_slices(g, w));
+    }
+    assert!(
+        moved > 1e-4,
+        "quantized embeddings equal f32's within {moved}"
+    );
+    // ndarray quantizes to 8 bits only.
+    let bits = if test_backend() == BackendName::NdArray {
+        "q8"
+    } else {
+        "q4"
+    };
+    let generated = ok_on(
+        "generate",
+        &gpt2(),
+        &[
+            "--prompt",
+            "ROMEO:",
+            "--max-new-tokens",
+            "4",
+            "--quantize",
+            bits,
+            "--quant-block",
+            "8",
+        ],
+    );
+    let line = format!("quantized 8 weight tensors ({bits} in blocks of 8): 0.03 MB as f32");
+    assert!(generated.stderr.contains(&line), "{}", generated.stderr);
+    let vit = fixture("zoo-vision", "vit-tiny-cls");
+    let image = fixture("zoo-vision", "images/gradient.png");
+    let run = ok_on(
+        "classify",
+        &vit,
+        &[
+            "--image",
+            image.to_str().unwrap(),
+            "--quantize",
+            "q8",
+            "--quant-block",
+            "0",
+        ],
+    );
+    assert!(run.stderr.contains("(q8 per tensor)"), "{}", run.stderr);
+    assert!(!run.stdout.is_empty());
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
 /// A sentence-transformers folder over a RoBERTa checkpoint: positions after the padding
 /// id, RoBERTa's tokenizer, mean pooling over sentences of different lengths, Normalize.
 #[test]
@@ -1851,6 +1948,14 @@ fn bad_input_is_one_line_naming_the_problem() {
             "generate needs a causal LM (gpt2, llama, mistral, qwen2, phi3, gpt_neox, qwen3, gemma, gemma2, gemma3_text, mixtral)",
         ),
         (
+            "generate --model {gpt2} --prompt hi --quantize q3",
+            "quantization scheme \"q3\" is not supported (q8 and q4 are)",
+        ),
+        (
+            "embed --model {st} --input {tmp}/sentences.json --output {tmp}/out.json --quantize q8 --quant-block 300",
+            "the quantization block must be 1 to 255 values, got 300",
+        ),
+        (
             "generate --model {gpt2} --prompt hi --num-beams 0",
             "generation: num_beams must be >= 1, got 0",
         ),
@@ -1908,7 +2013,7 @@ fn bad_input_is_one_line_naming_the_problem() {
             "classify --model {gpt2} --text hello",
             "classify needs BertForSequenceClassification, RobertaForSequenceClassification, \
              XLMRobertaForSequenceClassification, \
-             DistilBertForSequenceClassification, ViTForImageClassification, \
+             DistilBertForSequenceClassification, ModernBertForSequenceClassification, ViTForImageClassification, \
              DeiTForImageClassification or DeiTForImageClassificationWithTeacher",
         ),
         (

@@ -61,7 +61,7 @@ use std::process::ExitCode;
 use burn::tensor::{Device, activation::softmax};
 use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
-use zoo_core::{BeamConfig, GenerationConfig, WeightsFile};
+use zoo_core::{BeamConfig, GenerationConfig, QuantBits, QuantOptions, WeightsFile};
 use zoo_data::{BertTokenizer, LmTokenizer};
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::hub::{self, HubOptions};
@@ -122,6 +122,8 @@ enum Command {
         /// A PEFT LoRA adapter folder to fold into the model's weights.
         #[arg(long)]
         adapter: Option<PathBuf>,
+        #[command(flatten)]
+        quant: QuantArgs,
     },
     /// Continues a prompt with a causal LM, streaming the text.
     Generate(text::GenerateArgs),
@@ -213,6 +215,8 @@ enum Command {
         /// A PEFT LoRA adapter folder to fold into the model's weights.
         #[arg(long)]
         adapter: Option<PathBuf>,
+        #[command(flatten)]
+        quant: QuantArgs,
     },
     /// Fine-tunes a checkpoint on your own data (plain text, JSON Lines, CSV or TSV) and
     /// writes the result as a checkpoint folder that zoo and transformers load.
@@ -246,7 +250,63 @@ enum Command {
         /// Where to write {"embeddings": [[...], ...]}.
         #[arg(long)]
         output: PathBuf,
+        #[command(flatten)]
+        quant: QuantArgs,
     },
+}
+
+/// Weights quantized at load time, through Burn.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct QuantArgs {
+    /// Quantize the linear weights of the layer stacks as the model loads: q8 or q4
+    /// (embeddings and heads keep their precision; flex and wgpu take both, ndarray q8,
+    /// tch neither).
+    #[arg(long, value_name = "q8|q4")]
+    quantize: Option<String>,
+    /// Values per quantization scale along each weight's output dimension; 0 for one
+    /// scale per tensor.
+    #[arg(long, default_value_t = 32)]
+    quant_block: usize,
+}
+
+impl QuantArgs {
+    /// The options asked for, if any.
+    fn options(&self) -> Result<Option<QuantOptions>> {
+        let Some(bits) = &self.quantize else {
+            return Ok(None);
+        };
+        let bits: QuantBits = bits.parse()?;
+        let options = match self.quant_block {
+            0 => QuantOptions::per_tensor(bits),
+            block => QuantOptions::per_block(bits, block),
+        };
+        options.check()?;
+        Ok(Some(options))
+    }
+
+    /// `model`, quantized when asked, with a line on stderr that says what was done.
+    pub(crate) fn apply(&self, model: AutoModel, device: &Device) -> Result<AutoModel> {
+        let Some(options) = self.options()? else {
+            return Ok(model);
+        };
+        let (model, report) = model.quantize(&options, device)?;
+        report_quantized(&options, &report);
+        Ok(model)
+    }
+}
+
+fn report_quantized(options: &QuantOptions, report: &zoo_core::QuantReport) {
+    let mb = |b: usize| b as f64 / 1e6;
+    let kept = match report.kept {
+        0 => String::new(),
+        n => format!("; {n} kept whole, their widths not multiples of the block"),
+    };
+    eprintln!(
+        "quantized {} weight tensors ({options}): {:.2} MB as f32, {:.2} MB quantized{kept}",
+        report.tensors,
+        mb(report.bytes_before),
+        mb(report.bytes_after)
+    );
 }
 
 #[derive(clap::Args, Debug)]
@@ -254,6 +314,8 @@ struct TranslateArgs {
     /// The checkpoint folder, with its tokenizer.json, or a hub id (org/name).
     #[arg(long)]
     model: PathBuf,
+    #[command(flatten)]
+    quant: QuantArgs,
     /// The source text.
     #[arg(long)]
     text: String,
@@ -333,7 +395,15 @@ fn run(mut cli: Cli) -> Result<()> {
             input,
             output,
             adapter,
-        } => forward(&model, &input, &output, adapter.as_deref(), &device()?),
+            quant,
+        } => forward(
+            &model,
+            &input,
+            &output,
+            adapter.as_deref(),
+            &quant,
+            &device()?,
+        ),
         Command::Generate(args) => text::generate_text(&args, &device()?),
         Command::Chat(args) => text::chat(&args, &device()?),
         Command::Translate(args) => translate(&args, &device()?),
@@ -361,19 +431,22 @@ fn run(mut cli: Cli) -> Result<()> {
             text,
             top,
             adapter,
+            quant,
         } => classify(
             &model,
             image.as_deref(),
             text.as_deref(),
             top,
             adapter.as_deref(),
+            &quant,
             &device()?,
         ),
         Command::Embed {
             model,
             input,
             output,
-        } => embed(&model, &input, &output, &device()?),
+            quant,
+        } => embed(&model, &input, &output, &quant, &device()?),
         Command::Train(args) => train::train(&args, &cli.device, &device()?),
         Command::Merge {
             model,
@@ -466,6 +539,7 @@ fn forward(
     input: &Path,
     output: &Path,
     adapter: Option<&Path>,
+    quant: &QuantArgs,
     device: &Device,
 ) -> Result<()> {
     let parsed = json::forward_input(&json::read(input)?).map_err(|e| match e {
@@ -481,6 +555,7 @@ fn forward(
         Some(a) => detected.load_adapted(a, device)?,
         None => detected.load(device)?,
     };
+    let model = quant.apply(model, device)?;
     let outputs = model.forward(&parsed, device)?;
     json::write_outputs(output, &outputs)?;
     let names: Vec<String> = outputs
@@ -710,7 +785,9 @@ fn json_text(value: &serde_json::Value) -> Result<String> {
 }
 
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
-    let loaded = AutoModel::from_pretrained(&args.model, device)?;
+    let loaded = args
+        .quant
+        .apply(AutoModel::from_pretrained(&args.model, device)?, device)?;
     let Some(model) = loaded.translator() else {
         let kind = "an encoder-decoder model";
         return Err(not_for(
@@ -775,12 +852,16 @@ fn classify(
     text: Option<&str>,
     top: usize,
     adapter: Option<&Path>,
+    quant: &QuantArgs,
     device: &Device,
 ) -> Result<()> {
     if top == 0 {
         return Err(CliError::Input("--top must be > 0, got 0".into()));
     }
-    let model = AutoModel::from_pretrained_adapted(dir, adapter, device)?;
+    let model = quant.apply(
+        AutoModel::from_pretrained_adapted(dir, adapter, device)?,
+        device,
+    )?;
     let arch = model.architecture();
     let Some(classifier) = model.classifier() else {
         return Err(CliError::Unsupported(format!(
@@ -830,7 +911,13 @@ fn classify(
     Ok(())
 }
 
-fn embed(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<()> {
+fn embed(
+    dir: &Path,
+    input: &Path,
+    output: &Path,
+    quant: &QuantArgs,
+    device: &Device,
+) -> Result<()> {
     let sentences = json::sentences(&json::read(input)?).map_err(|e| match e {
         CliError::Input(m) => CliError::File {
             path: input.to_path_buf(),
@@ -844,7 +931,12 @@ fn embed(dir: &Path, input: &Path, output: &Path, device: &Device) -> Result<()>
             message: "no such model folder".into(),
         });
     }
-    let encoder = SentenceEncoder::from_pretrained(dir, device)?;
+    let mut encoder = SentenceEncoder::from_pretrained(dir, device)?;
+    if let Some(options) = quant.options()? {
+        let (quantized, report) = encoder.quantize(&options, device)?;
+        report_quantized(&options, &report);
+        encoder = quantized;
+    }
     let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
     let embeddings = encoder.encode(&refs, 32, device)?;
     let shape = embeddings.dims().to_vec();

@@ -24,6 +24,8 @@ pub(crate) struct SamplingArgs {
     /// fold into the model's weights.
     #[arg(long)]
     adapter: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) quant: crate::QuantArgs,
     /// Most tokens to add. Default: the folder's generation_config.json, else 50.
     #[arg(long)]
     max_new_tokens: Option<usize>,
@@ -110,9 +112,13 @@ fn load_lm(
     command: &str,
     dir: &Path,
     adapter: Option<&Path>,
+    quant: &crate::QuantArgs,
     device: &Device,
 ) -> Result<AutoModel> {
-    let model = AutoModel::from_pretrained_adapted(dir, adapter, device)?;
+    let model = quant.apply(
+        AutoModel::from_pretrained_adapted(dir, adapter, device)?,
+        device,
+    )?;
     if model.generator().is_none() {
         return Err(not_for(command, Task::Generate, "a causal LM", dir, &model));
     }
@@ -275,6 +281,7 @@ pub(crate) fn generate_text(args: &GenerateArgs, device: &Device) -> Result<()> 
         "generate",
         &args.model,
         args.sampling.adapter.as_deref(),
+        &args.sampling.quant,
         device,
     )?;
     let lm = model.generator().expect("checked by load_lm");
@@ -379,6 +386,7 @@ pub(crate) fn chat(args: &ChatArgs, device: &Device) -> Result<()> {
         "chat",
         &args.model,
         args.sampling.adapter.as_deref(),
+        &args.sampling.quant,
         device,
     )?;
     let lm = model.generator().expect("checked by load_lm");

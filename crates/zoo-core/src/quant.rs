@@ -128,17 +128,7 @@ pub fn quantize_linear_weights<M: Module>(
     options: &QuantOptions,
     device: &Device,
 ) -> Result<(M, QuantReport), ModelError> {
-    zoo_device::check_quantization(device, options.bits.bits()).map_err(ModelError::msg)?;
-    options.check()?;
-    let value = match options.bits {
-        QuantBits::Q8 => QuantValue::Q8S,
-        QuantBits::Q4 => QuantValue::Q4S,
-    };
-    let base = device.settings().quantization.scheme.with_value(value);
-    let scheme = match options.block {
-        Some(b) => base.per_block([b as u8], ScaleDtype::F32),
-        None => base.per_tensor(ScaleDtype::F32),
-    };
+    let scheme = scheme(options, device).map_err(ModelError::msg)?;
     let mut mapper = LinearQuantizer {
         scheme,
         options: *options,
@@ -147,6 +137,26 @@ pub fn quantize_linear_weights<M: Module>(
     };
     let model = model.map(&mut mapper);
     Ok((model, mapper.report))
+}
+
+/// Burn's scheme for `options` on `device`: the device's default storage, symmetric
+/// values of the width asked, f32 scales per tensor or per block.
+///
+/// # Errors
+/// A backend that cannot run quantized weights of that width, or a block out of range,
+/// in a sentence.
+pub fn scheme(options: &QuantOptions, device: &Device) -> Result<QuantScheme, String> {
+    zoo_device::check_quantization(device, options.bits.bits())?;
+    options.check().map_err(|e| e.to_string())?;
+    let value = match options.bits {
+        QuantBits::Q8 => QuantValue::Q8S,
+        QuantBits::Q4 => QuantValue::Q4S,
+    };
+    let base = device.settings().quantization.scheme.with_value(value);
+    Ok(match options.block {
+        Some(b) => base.per_block([b as u8], ScaleDtype::F32),
+        None => base.per_tensor(ScaleDtype::F32),
+    })
 }
 
 struct LinearQuantizer {

@@ -13,8 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use burn::module::{Lora, Module, ModuleMapper, ModuleVisitor, Param, ParamGroup};
+use burn::module::{
+    Lora, Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, QLora, Quantizer,
+};
 use burn::store::{ModuleStore, bridge};
+use burn::tensor::quantization::Calibration;
 use burn::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -358,34 +361,34 @@ fn targets(module: &str, target: &str) -> bool {
     module == target || module.ends_with(&format!(".{target}"))
 }
 
-/// The 2-D weights of `model` (module path, HF module name) that `targets` name.
-fn adapted<M: Module>(
-    model: &M,
-    map: &KeyMap,
-    names: &[String],
-) -> Result<Vec<(String, String)>, String> {
+/// A weight that LoRA adapts: its module path, its HF module name, and Burn's
+/// `[in, out]` shape.
+type Adapted = (String, String, Vec<usize>);
+
+/// The 2-D weights of `model` that `targets` name.
+fn adapted<M: Module>(model: &M, map: &KeyMap, names: &[String]) -> Result<Vec<Adapted>, String> {
     let mut params = Params::default();
     model.visit(&mut params);
-    let linear: Vec<(String, String)> = params
+    let linear: Vec<Adapted> = params
         .found
         .into_iter()
         .filter(|p| p.dims.len() == 2)
         .filter_map(|p| {
             let name = map.checkpoint_name(&p.stored);
-            module_of(&name).map(|m| (p.full, m.to_string()))
+            module_of(&name).map(|m| (p.full, m.to_string(), p.dims))
         })
         .collect();
     let mut chosen = Vec::new();
     for target in names {
         let hits: Vec<_> = linear
             .iter()
-            .filter(|(_, m)| targets(m, target))
+            .filter(|(_, m, _)| targets(m, target))
             .cloned()
             .collect();
         if hits.is_empty() {
             let mut known: Vec<&str> = linear
                 .iter()
-                .map(|(_, m)| m.rsplit('.').next().unwrap_or(m))
+                .map(|(_, m, _)| m.rsplit('.').next().unwrap_or(m))
                 .collect();
             known.sort_unstable();
             known.dedup();
@@ -415,16 +418,65 @@ pub fn apply_lora<M: Module>(
     alpha: f64,
     target_modules: &[String],
 ) -> Result<(M, Vec<String>), String> {
+    let (chosen, lora) = lora_targets(&model, map, r, alpha, target_modules)?;
+    let model = model.apply_lora(lora);
+    Ok((model, chosen.into_iter().map(|(_, m, _)| m).collect()))
+}
+
+/// The weights `target_modules` names and Burn's LoRA settings for them.
+fn lora_targets<M: Module>(
+    model: &M,
+    map: &KeyMap,
+    r: usize,
+    alpha: f64,
+    target_modules: &[String],
+) -> Result<(Vec<Adapted>, Lora), String> {
     if r == 0 {
         return Err("the LoRA rank must be > 0, got 0".into());
     }
     if target_modules.is_empty() {
         return Err("no LoRA target modules given".into());
     }
-    let chosen = adapted(&model, map, target_modules)?;
-    let group = ParamGroup::from_paths(chosen.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>());
-    let model = model.apply_lora(Lora::new(r, alpha).set_param_group(group));
-    Ok((model, chosen.into_iter().map(|(_, m)| m).collect()))
+    let chosen = adapted(model, map, target_modules)?;
+    let group =
+        ParamGroup::from_paths(chosen.iter().map(|(p, _, _)| p.clone()).collect::<Vec<_>>());
+    Ok((chosen, Lora::new(r, alpha).set_param_group(group)))
+}
+
+/// [`apply_lora`] over a quantized base (QLoRA, Burn's `apply_qlora`): the adapted
+/// weights are quantized as `quant` says ([`crate::quant`]'s schemes) and frozen, and
+/// the adapters train in full precision beside them.
+///
+/// # Errors
+/// As [`apply_lora`]; a backend that cannot run quantized weights of that width; a
+/// block that does not divide an adapted weight's output width (the module and its
+/// width named).
+pub fn apply_qlora<M: Module>(
+    model: M,
+    map: &KeyMap,
+    r: usize,
+    alpha: f64,
+    target_modules: &[String],
+    quant: &crate::QuantOptions,
+    device: &burn::tensor::Device,
+) -> Result<(M, Vec<String>), String> {
+    let (chosen, lora) = lora_targets(&model, map, r, alpha, target_modules)?;
+    quant.check().map_err(|e| e.to_string())?;
+    if let Some(block) = quant.block
+        && let Some((_, module, dims)) = chosen.iter().find(|(_, _, d)| d[1] % block != 0)
+    {
+        return Err(format!(
+            "{module} has {} outputs, not a multiple of the quantization block {block}",
+            dims[1]
+        ));
+    }
+    let scheme = crate::quant::scheme(quant, device)?;
+    let mut quantizer = Quantizer::new(Calibration::MinMax, scheme);
+    quantizer.set_param_group(ParamGroup::from_paths(
+        chosen.iter().map(|(p, _, _)| p.clone()).collect::<Vec<_>>(),
+    ));
+    let model = model.apply_qlora(QLora::new(lora, quantizer));
+    Ok((model, chosen.into_iter().map(|(_, m, _)| m).collect()))
 }
 
 /// Whether the tensor `name` (a checkpoint name) lies in a module that `entry` of

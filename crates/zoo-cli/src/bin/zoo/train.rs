@@ -14,7 +14,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use zoo_core::KeyMap;
 use zoo_core::checkpoint::peft::{self, AdapterConfig};
 use zoo_core::registry::Task;
-use zoo_core::{ClassificationBatch, Seq2SeqLogits};
+use zoo_core::{ClassificationBatch, QuantBits, QuantOptions, Seq2SeqLogits};
 use zoo_data::{CausalLmBatcher, CausalLmItem, Labels, LmTokenizer, Records, Row, Seq2SeqBatcher};
 use zoo_data::{Seq2SeqItem, TokenizerError};
 use zoo_decoder::{DecoderLm, HfDecoderConfig};
@@ -120,6 +120,14 @@ pub(crate) struct TrainCmdArgs {
     /// PEFT's for the model type, such as q_proj,v_proj for Llama and c_attn for GPT-2).
     #[arg(long, requires = "lora_rank", value_delimiter = ',')]
     lora_targets: Vec<String>,
+    /// QLoRA: quantize the adapted weights to q8 or q4 (Burn's apply_qlora) and train the
+    /// adapters beside them in f32 (flex and wgpu; ndarray q8 only; not tch).
+    #[arg(long, requires = "lora_rank", value_name = "q8|q4")]
+    qlora: Option<String>,
+    /// Values per quantization scale along each adapted weight's output dimension, for
+    /// --qlora; 0 for one scale per tensor.
+    #[arg(long, requires = "qlora", default_value_t = 32)]
+    qlora_block: usize,
     #[command(flatten)]
     run: TrainArgs,
 }
@@ -660,7 +668,7 @@ impl Run<'_> {
         let config = HfDecoderConfig::from_pretrained(dir).map_err(model_err)?;
         let model = DecoderLm::from_pretrained(dir, &ad).map_err(model_err)?;
         let map = config.key_map();
-        let (model, adapter) = self.lora(model, &map, config.model_type(), "CAUSAL_LM")?;
+        let (model, adapter) = self.lora(model, &map, config.model_type(), "CAUSAL_LM", &ad)?;
         let tok = LmTokenizer::from_pretrained(dir)?;
         let block = self.max_len(model.max_len());
         if block > model.max_len() {
@@ -716,6 +724,7 @@ impl Run<'_> {
         map: &KeyMap,
         model_type: &str,
         task_type: &str,
+        device: &Device,
     ) -> Result<(M, Option<AdapterConfig>)> {
         let Some(rank) = self.args.lora_rank else {
             return Ok((model, None));
@@ -739,8 +748,19 @@ impl Run<'_> {
                 "no default LoRA targets for model type {model_type}: give --lora-targets"
             )));
         }
-        let (model, _) = peft::apply_lora(model, map, rank, alpha, &targets)
-            .map_err(|m| CliError::Input(format!("--lora-targets: {m}")))?;
+        let (model, _) = match &self.args.qlora {
+            None => peft::apply_lora(model, map, rank, alpha, &targets)
+                .map_err(|m| CliError::Input(format!("--lora-targets: {m}")))?,
+            Some(bits) => {
+                let bits: QuantBits = bits.parse()?;
+                let quant = match self.args.qlora_block {
+                    0 => QuantOptions::per_tensor(bits),
+                    block => QuantOptions::per_block(bits, block),
+                };
+                peft::apply_qlora(model, map, rank, alpha, &targets, &quant, device)
+                    .map_err(|m| CliError::Input(format!("--qlora {quant}: {m}")))?
+            }
+        };
         let mut config = AdapterConfig::lora(rank, alpha, &targets, task_type);
         config.base_model_name_or_path = Some(self.args.model.display().to_string());
         // GPT-2's attention and MLP are `Conv1D`, whose weights are stored `[in, out]`.

@@ -381,7 +381,8 @@ mod tests {
             architecture_names(Task::Classify).join(", "),
             "BertForSequenceClassification, RobertaForSequenceClassification, \
              XLMRobertaForSequenceClassification, DistilBertForSequenceClassification, \
-             ViTForImageClassification, DeiTForImageClassification, \
+             ModernBertForSequenceClassification, ViTForImageClassification, \
+             DeiTForImageClassification, \
              DeiTForImageClassificationWithTeacher"
         );
         // No architecture is registered twice.

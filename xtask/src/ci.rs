@@ -284,6 +284,15 @@ fn build_packaged_crates(cargo_env: &CargoEnv) -> Result<()> {
             dir.display().to_string()
         ));
     }
+    // Cargo writes every file of a package with one fixed old timestamp, and the build
+    // shares the target folder: without a fresh timestamp, a crate whose own manifest did
+    // not change would count as built by an earlier check, from older sources.
+    run_checked(
+        Command::new("find")
+            .arg(&unpacked)
+            .args(["-type", "f", "-exec", "touch", "{}", "+"]),
+        "touching the unpacked sources",
+    )?;
     let manifest = format!(
         "[package]\nname = \"zoo-package-check\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
          publish = false\n\n[workspace]\n\n[dependencies]\n\

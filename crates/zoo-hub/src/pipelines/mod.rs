@@ -96,20 +96,30 @@ fn tok(e: zoo_data::TokenizerError) -> HubError {
     HubError::Input(e.to_string())
 }
 
-/// The model's `logits` for one encoded text, `[T, width]` row-major, and the width.
-fn logits(model: &AutoModel, enc: &DetailedEncoding, device: &Device) -> Result<(Vec<f32>, usize)> {
-    let ids: Vec<i64> = enc.ids.iter().map(|&id| id as i64).collect();
-    let input = ForwardInput {
+/// One unpadded row of ids as the model's input (`input_ids` and an all-ones
+/// `attention_mask`), with `token_type_ids` when given.
+fn one_row(ids: &[usize], types: Option<&[usize]>) -> ForwardInput {
+    let row = |v: &[usize]| vec![v.iter().map(|&x| x as i64).collect::<Vec<i64>>()];
+    ForwardInput {
         attention_mask: Some(IntMatrix {
             name: "attention_mask",
             rows: vec![vec![1; ids.len()]],
         }),
         input_ids: Some(IntMatrix {
             name: "input_ids",
-            rows: vec![ids],
+            rows: row(ids),
+        }),
+        token_type_ids: types.map(|t| IntMatrix {
+            name: "token_type_ids",
+            rows: row(t),
         }),
         ..ForwardInput::default()
-    };
+    }
+}
+
+/// The model's `logits` for one encoded text, `[T, width]` row-major, and the width.
+fn logits(model: &AutoModel, enc: &DetailedEncoding, device: &Device) -> Result<(Vec<f32>, usize)> {
+    let input = one_row(&enc.ids, None);
     let outputs = model.forward(&input, device)?;
     let (_, values, shape) = outputs
         .into_iter()

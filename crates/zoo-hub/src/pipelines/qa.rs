@@ -4,10 +4,9 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use zoo_core::registry::{ForwardInput, IntMatrix};
 use zoo_data::{LmTokenizer, PairWindow};
 
-use super::needs;
+use super::{needs, one_row};
 use crate::{AutoModel, HubError, Result};
 
 /// The arguments of [`question_answering`], HF's, with HF's defaults.
@@ -126,23 +125,8 @@ fn span_logits(
     token_types: bool,
     device: &Device,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    let ids: Vec<i64> = window.ids().iter().map(|&id| id as i64).collect();
-    let types = token_types.then(|| IntMatrix {
-        name: "token_type_ids",
-        rows: vec![window.type_ids().iter().map(|&t| t as i64).collect()],
-    });
-    let input = ForwardInput {
-        attention_mask: Some(IntMatrix {
-            name: "attention_mask",
-            rows: vec![vec![1; ids.len()]],
-        }),
-        input_ids: Some(IntMatrix {
-            name: "input_ids",
-            rows: vec![ids],
-        }),
-        token_type_ids: types,
-        ..ForwardInput::default()
-    };
+    let types = token_types.then(|| window.type_ids());
+    let input = one_row(&window.ids(), types.as_deref());
     let mut outputs = model.forward(&input, device)?;
     let mut take = |key: &str| {
         outputs

@@ -643,12 +643,7 @@ fn fill_mask(dir: &Path, text: &str, top_k: usize, device: &Device) -> Result<()
                 .collect()
         })
         .collect();
-    let out = match rows.as_slice() {
-        [one] => one.clone(),
-        _ => serde_json::Value::Array(rows),
-    };
-    outln!("{}", json_text(&out)?);
-    Ok(())
+    print_one_or_list(rows)
 }
 
 /// The arguments of `zoo qa`: the pipeline's, with its defaults.
@@ -727,12 +722,7 @@ fn qa(args: &QaArgs, device: &Device) -> Result<()> {
             })
         })
         .collect();
-    let out = match rows.as_slice() {
-        [one] => one.clone(),
-        _ => serde_json::Value::Array(rows),
-    };
-    outln!("{}", json_text(&out)?);
-    Ok(())
+    print_one_or_list(rows)
 }
 
 /// `zoo zero-shot-image`: [`pipelines::zero_shot_image`], printed as HF's pipeline
@@ -777,6 +767,16 @@ fn ner(dir: &Path, text: &str, aggregation: &str, device: &Device) -> Result<()>
         })
         .collect();
     outln!("{}", json_text(&serde_json::Value::Array(out))?);
+    Ok(())
+}
+
+/// Prints one value as itself and several as a list, as HF's pipelines return them.
+fn print_one_or_list(mut rows: Vec<serde_json::Value>) -> Result<()> {
+    let out = match rows.len() {
+        1 => rows.remove(0),
+        _ => serde_json::Value::Array(rows),
+    };
+    outln!("{}", json_text(&out)?);
     Ok(())
 }
 

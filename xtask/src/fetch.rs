@@ -203,6 +203,8 @@ pub(crate) fn fixtures(only: &[String]) -> Result<()> {
         ("lora.py", "zoo-decoder", None),
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
         ("chat.py", "zoo-data", None),
+        // Every family in f16 and bf16, over the families' committed checkpoints.
+        ("half.py", "zoo-hub", None),
         ("spm.py", "zoo-data", Some(shakespeare.as_path())),
         // The question-answering pipeline, under transformers 4, over bert.py's,
         // roberta.py's and pipelines.py's files, so after them.

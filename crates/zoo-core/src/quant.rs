@@ -111,7 +111,8 @@ pub struct QuantReport {
     /// Linear weights left in their precision because their output width is not a
     /// multiple of the block.
     pub kept: usize,
-    /// Bytes of the quantized tensors before (f32) and after (values and scales).
+    /// Bytes of the quantized tensors before (in their float type) and after (values
+    /// and scales).
     pub bytes_before: usize,
     /// See `bytes_before`.
     pub bytes_after: usize,
@@ -200,7 +201,7 @@ impl ModuleMapper for LinearQuantizer {
         let scales = self.options.block.map_or(1, |b| values / b);
         self.report.tensors += 1;
         self.report.values += values;
-        self.report.bytes_before += values * 4;
+        self.report.bytes_before += values * param.val().dtype().size();
         self.report.bytes_after +=
             (values * self.options.bits.bits() as usize).div_ceil(8) + scales * 4;
         let scheme = self.scheme;

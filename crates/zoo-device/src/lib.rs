@@ -7,7 +7,8 @@
 //! in the examples, with an index for the GPU backends: `cuda:1`; [`select_all`] takes a
 //! list such as `cuda:0,cuda:1` for multi-device training). Asking for a backend that was
 //! not compiled in, or that finds no device, is a [`DeviceError`] whose message names the
-//! feature to enable.
+//! feature to enable. A device computes in f32 unless [`select_as`] asks for f16 or bf16
+//! ([`FloatType`]) before its first tensor.
 //!
 //! ```
 //! use zoo_device::{BackendName, select};
@@ -17,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod float;
 mod select;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -24,6 +26,7 @@ pub mod testing;
 mod tests;
 
 pub use backend::*;
+pub use float::{FloatType, UnknownFloatType};
 pub use select::*;
 #[cfg(any(test, feature = "testing"))]
 pub use testing::{record_skip, test_backend, test_device};

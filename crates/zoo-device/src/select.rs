@@ -4,7 +4,8 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use burn::tensor::{Device, Tensor};
 
-use crate::{ALL_BACKENDS, BackendName};
+use crate::float::configure;
+use crate::{ALL_BACKENDS, BackendName, FloatType};
 
 /// Why a backend could not be turned into a device.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -30,6 +31,17 @@ pub enum DeviceError {
         /// What was typed.
         spec: String,
         /// What is wrong with it.
+        reason: String,
+    },
+    /// The backend cannot compute in the float type asked for, or the process already
+    /// computes in another on that device.
+    #[error("backend '{backend}' cannot compute in {float}: {reason}")]
+    Float {
+        /// The backend asked for.
+        backend: BackendName,
+        /// The float type asked for.
+        float: FloatType,
+        /// Why not.
         reason: String,
     },
     /// The backend is compiled in but found no device to run on.
@@ -60,6 +72,21 @@ pub fn select(backend: BackendName) -> Result<Device, DeviceError> {
 /// backend; [`DeviceError::NoDevice`] naming the index when a CUDA index is out of range
 /// (for `tch-cuda`, the probe's error from libtorch).
 pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, DeviceError> {
+    select_as(backend, index, FloatType::F32)
+}
+
+/// As [`select_indexed`], with the device computing in `float`: set before the device's
+/// first tensor, so every parameter and activation made on it has that type (the zoo's
+/// checkpoint loading casts each stored tensor to it).
+///
+/// # Errors
+/// As [`select_indexed`]; [`DeviceError::Float`] for a backend that does not compute in
+/// `float` (ndarray has only f32), or a device this process already uses in another type.
+pub fn select_as(
+    backend: BackendName,
+    index: usize,
+    float: FloatType,
+) -> Result<Device, DeviceError> {
     if !backend.is_compiled() {
         return Err(DeviceError::NotCompiled {
             backend,
@@ -72,7 +99,8 @@ pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, Devi
             reason: format!("backend '{backend}' has one device, index 0"),
         });
     }
-    let device = construct(backend, index)?;
+    let mut device = construct(backend, index)?;
+    configure(backend, &mut device, float)?;
     probe_once(backend, index, || probe(backend, &device))?;
     Ok(device)
 }
@@ -84,8 +112,16 @@ pub fn select_indexed(backend: BackendName, index: usize) -> Result<Device, Devi
 /// [`DeviceError::UnknownBackend`] for a name the zoo does not know,
 /// [`DeviceError::BadSpec`] for an index that is not a number, else as [`select_indexed`].
 pub fn select_by_name(name: &str) -> Result<Device, DeviceError> {
+    select_by_name_as(name, FloatType::F32)
+}
+
+/// [`select_by_name`] computing in `float`: see [`select_as`].
+///
+/// # Errors
+/// As [`select_by_name`] and [`select_as`].
+pub fn select_by_name_as(name: &str, float: FloatType) -> Result<Device, DeviceError> {
     let (backend, index) = parse_spec(name)?;
-    select_indexed(backend, index)
+    select_as(backend, index, float)
 }
 
 /// `name` or `name:index` -> backend and index.

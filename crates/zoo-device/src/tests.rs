@@ -229,3 +229,29 @@ fn a_skip_that_cannot_be_written_fails_the_test() {
         )
     );
 }
+
+#[test]
+fn float_types_parse_and_a_used_device_keeps_its_type() {
+    for f in FloatType::ALL {
+        assert_eq!(f.as_str().parse::<FloatType>(), Ok(f));
+    }
+    assert_eq!("bfloat16".parse::<FloatType>(), Ok(FloatType::BF16));
+    assert_eq!(
+        "f8".parse::<FloatType>().unwrap_err().to_string(),
+        "unknown dtype 'f8': expected f32, f16 or bf16"
+    );
+    assert_eq!((FloatType::F32.bytes(), FloatType::BF16.bytes()), (4, 2));
+    // This process computes in f32 on flex (its first tensor is the probe's): asking
+    // for f32 again is fine, half precision is refused in a sentence.
+    let device = select(BackendName::Flex).unwrap();
+    assert_eq!(FloatType::of(&device), Some(FloatType::F32));
+    assert!(select_as(BackendName::Flex, 0, FloatType::F32).is_ok());
+    let e = select_as(BackendName::Flex, 0, FloatType::F16)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "backend 'flex' cannot compute in f16: this process already computes in f32 on it, \
+         and a device's float type is set once, before its first tensor"
+    );
+}

@@ -6,9 +6,10 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::store::{ApplyError, ModuleSnapshot};
+use burn::tensor::DType;
 
 use super::keymap::Direction;
-use super::weights::widen;
+use super::weights::cast_float;
 use super::{CheckpointError, KeyMap, PackTensor, TensorReport, WeightsFile};
 
 /// Loads `tensors` (by checkpoint name) into `module` through `map`.
@@ -53,13 +54,20 @@ fn load<M: Module>(
         .iter()
         .map(|p| regex::Regex::new(p).expect("a family's key map has a bad regex"))
         .collect();
+    let snapshots = module.collect(None, None, true);
+    // The float type the module's parameters were made in: the device's default.
+    let target = snapshots
+        .iter()
+        .map(|t| t.dtype)
+        .find(|d| matches!(d, DType::F32 | DType::F16 | DType::BF16))
+        .unwrap_or(DType::F32);
     let kept: Vec<PackTensor> = tensors
         .into_values()
         .filter(|t| {
             let name = map.family_name(&t.name);
             !ignore.iter().any(|re| re.is_match(&name))
         })
-        .map(widen)
+        .map(|t| cast_float(t, target))
         .collect();
     let file_shapes: BTreeMap<String, Vec<usize>> = kept
         .iter()
@@ -74,8 +82,7 @@ fn load<M: Module>(
             .cloned()
             .unwrap_or_else(|| map.checkpoint_name(module_path))
     };
-    let model_shapes: BTreeMap<String, Vec<usize>> = module
-        .collect(None, None, true)
+    let model_shapes: BTreeMap<String, Vec<usize>> = snapshots
         .into_iter()
         .map(|t| (t.name.clone(), t.shape.to_vec()))
         .collect();

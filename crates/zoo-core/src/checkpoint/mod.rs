@@ -11,7 +11,8 @@
 //!   file named in every error;
 //! - [`WeightsFile`]: `model.safetensors`, a sharded `model.safetensors.index.json`, or
 //!   `pytorch_model.bin` read by burn-store's pickle reader, which does not execute pickled
-//!   code; f16 and bf16 tensors are widened to f32 as they are read;
+//!   code; every float tensor is cast to the float type of the module it loads into
+//!   as it is read (f32, or f16 / bf16 on a device selected for them);
 //! - [`load_into`]: burn-store's key remapping and its PyTorch adapter (which transposes
 //!   `Linear` weights, except those a family stores `[in, out]` already, and renames norm
 //!   parameters), then one report of *every* missing,

@@ -169,10 +169,11 @@ fn write_safetensors(path: &std::path::Path, tensors: &[(&str, &str, &[usize], V
     std::fs::write(path, file).unwrap();
 }
 
-/// Half-precision checkpoints are read as f32 with their values: 1.5 and -2 are exact in
-/// f16 (`0x3E00`, `0xC000`) and bf16 (`0x3FC0`, `0xC000`).
+/// Half-precision checkpoints are read as f32 with their values, and as each other's
+/// half type: 1.5 and -2 are exact in f16 (`0x3E00`, `0xC000`) and bf16 (`0x3FC0`,
+/// `0xC000`); 1/3 in bf16 (`0x3EAB`, 0.333984375) becomes f16's nearest (`0x3558`).
 #[test]
-fn f16_and_bf16_tensors_are_widened_to_f32() {
+fn f16_and_bf16_tensors_are_cast_to_the_module_float_type() {
     let dir = scratch("widen");
     let path = dir.join("model.safetensors");
     let le = |words: [u16; 2]| words.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -181,11 +182,16 @@ fn f16_and_bf16_tensors_are_widened_to_f32() {
         &[
             ("half", "F16", &[2], le([0x3E00, 0xC000])),
             ("brain", "BF16", &[2], le([0x3FC0, 0xC000])),
+            ("third", "BF16", &[1], vec![0xAB, 0x3E]),
         ],
     );
     let tensors = WeightsFile::find(&dir).unwrap().tensors().unwrap();
+    let f16 = super::weights::cast_float(tensors["third"].clone(), burn::tensor::DType::F16);
+    assert_eq!(f16.dtype, burn::tensor::DType::F16);
+    let data = burn::store::bridge::to_data(&f16).unwrap();
+    assert_eq!(data.as_bytes(), &[0x58, 0x35]);
     for name in ["half", "brain"] {
-        let wide = super::weights::widen(tensors[name].clone());
+        let wide = super::weights::cast_float(tensors[name].clone(), burn::tensor::DType::F32);
         assert_eq!(wide.dtype, burn::tensor::DType::F32, "{name}");
         let values = burn::store::bridge::to_data(&wide)
             .unwrap()

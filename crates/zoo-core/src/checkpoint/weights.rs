@@ -1,5 +1,5 @@
 //! The weights file of a checkpoint folder: one safetensors file, a sharded one, or
-//! `pytorch_model.bin`, read with f16 and bf16 widened to f32.
+//! `pytorch_model.bin`, read with each float tensor cast to the module's float type.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -208,14 +208,21 @@ fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpo
     Ok(out)
 }
 
-/// An f16 or bf16 tensor as f32, converted when it is read: the zoo's models compute in
-/// f32, and burn-store would otherwise keep the file's float type in the parameter.
-pub(super) fn widen(tensor: PackTensor) -> PackTensor {
-    if !matches!(tensor.dtype, DType::F16 | DType::BF16) {
+/// A floating-point tensor in `target`, the float type of the module it goes into,
+/// converted when it is read: an f16 or bf16 file widened for a model that computes in
+/// f32, an f32 file narrowed for one configured for half precision. burn-store would
+/// otherwise keep the file's float type in the parameter, and a model whose parameters
+/// differ in type from its device's default fails in its first product.
+pub(super) fn cast_float(tensor: PackTensor, target: DType) -> PackTensor {
+    let float = matches!(
+        tensor.dtype,
+        DType::F64 | DType::F32 | DType::F16 | DType::BF16
+    );
+    if !float || tensor.dtype == target {
         return tensor;
     }
     let (name, shape, id) = (tensor.name.clone(), tensor.shape.clone(), tensor.param_id);
-    bridge::deferred(name, DType::F32, shape, id, move || {
-        Ok(bridge::to_data(&tensor)?.convert::<f32>())
+    bridge::deferred(name, target, shape, id, move || {
+        Ok(bridge::to_data(&tensor)?.convert_dtype(target))
     })
 }

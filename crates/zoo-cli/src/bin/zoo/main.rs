@@ -63,6 +63,7 @@ use clap::{Parser, Subcommand};
 use zoo_core::registry::{Classes, ClassifyInput, Modality, Task, Translator, floats};
 use zoo_core::{BeamConfig, GenerationConfig, QuantBits, QuantOptions, WeightsFile};
 use zoo_data::{BertTokenizer, LmTokenizer};
+use zoo_device::FloatType;
 use zoo_encoder::SentenceEncoder;
 use zoo_hub::hub::{self, HubOptions};
 use zoo_hub::pipelines;
@@ -88,6 +89,15 @@ struct Cli {
     /// Backend to run on: flex, ndarray, wgpu, tch, tch-cuda or cuda (`cuda:1` for another GPU).
     #[arg(long, global = true, default_value = "flex")]
     device: String,
+    /// Float type the model computes in: f32, or half precision, f16 or bf16 (flex, wgpu,
+    /// tch, cuda; ndarray has f32 only). Stored weights are cast to it as they load.
+    #[arg(
+        long,
+        global = true,
+        default_value = "f32",
+        value_name = "f32|f16|bf16"
+    )]
+    dtype: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -290,19 +300,20 @@ impl QuantArgs {
             return Ok(model);
         };
         let (model, report) = model.quantize(&options, device)?;
-        report_quantized(&options, &report);
+        report_quantized(&options, &report, device);
         Ok(model)
     }
 }
 
-fn report_quantized(options: &QuantOptions, report: &zoo_core::QuantReport) {
+fn report_quantized(options: &QuantOptions, report: &zoo_core::QuantReport, device: &Device) {
+    let float = FloatType::of(device).unwrap_or_default();
     let mb = |b: usize| b as f64 / 1e6;
     let kept = match report.kept {
         0 => String::new(),
         n => format!("; {n} kept whole, their widths not multiples of the block"),
     };
     eprintln!(
-        "quantized {} weight tensors ({options}): {:.2} MB as f32, {:.2} MB quantized{kept}",
+        "quantized {} weight tensors ({options}): {:.2} MB as {float}, {:.2} MB quantized{kept}",
         report.tensors,
         mb(report.bytes_before),
         mb(report.bytes_after)
@@ -386,8 +397,17 @@ fn locate_model(command: &mut Command) -> Result<()> {
 }
 
 fn run(mut cli: Cli) -> Result<()> {
+    let float: FloatType = cli
+        .dtype
+        .parse()
+        .map_err(|e: zoo_device::UnknownFloatType| CliError::Input(e.to_string()))?;
+    if float != FloatType::F32 && matches!(cli.command, Command::Train(_) | Command::Merge { .. }) {
+        return Err(CliError::Input(format!(
+            "--dtype {float} is for running a model; zoo train and zoo merge compute in f32"
+        )));
+    }
     locate_model(&mut cli.command)?;
-    let device = || -> Result<Device> { Ok(zoo_device::select_by_name(&cli.device)?) };
+    let device = || -> Result<Device> { Ok(zoo_device::select_by_name_as(&cli.device, float)?) };
     match cli.command {
         Command::Info { model, check } => info(&model, check, &device()?),
         Command::Forward {
@@ -496,10 +516,15 @@ fn info(dir: &Path, check: bool, device: &Device) -> Result<()> {
     outln!("architecture: {}", arch.name);
     outln!("parameters:   {}", zoo_core::thousands(model.num_params()));
     let dtypes = dtypes.into_iter().collect::<Vec<_>>().join(", ");
-    if dtypes == "float32" {
+    let computed = match FloatType::of(device) {
+        Some(FloatType::F16) => "float16",
+        Some(FloatType::BF16) => "bfloat16",
+        _ => "float32",
+    };
+    if dtypes == computed {
         outln!("dtype:        {dtypes}");
     } else {
-        outln!("dtype:        {dtypes} (loaded as float32)");
+        outln!("dtype:        {dtypes} (loaded as {computed})");
     }
     outln!(
         "weights:      {} ({} tensors)",
@@ -934,7 +959,7 @@ fn embed(
     let mut encoder = SentenceEncoder::from_pretrained(dir, device)?;
     if let Some(options) = quant.options()? {
         let (quantized, report) = encoder.quantize(&options, device)?;
-        report_quantized(&options, &report);
+        report_quantized(&options, &report, device);
         encoder = quantized;
     }
     let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();

@@ -1,0 +1,34 @@
+//! Every family in bf16 (`select_as(.., FloatType::BF16)`, what `--dtype bf16` does)
+//! against transformers in bf16, on one fixture each: GPT-2, Llama, Mixtral, BERT,
+//! ModernBERT, T5, BART, Marian, ViT and CLIP. wgpu on software Vulkan has no bf16 and
+//! refuses it in one sentence.
+//!
+//! The bound: each output within 40 units of bf16's roundoff (u = 2^-8) of the output's
+//! largest magnitude, 0.156. bf16 keeps 8 bits of mantissa, and two runs that round at
+//! different places drift apart through the layers: measured, 0.007 to 0.025 on flex and
+//! tch, and 0.078 on T5, whose unscaled attention amplifies it (transformers' own bf16
+//! T5 output is 0.19 from its f32 output). Control: every output is further than 4e-4
+//! from transformers' f32 output (four times the 1e-4 at which the zoo matches it in
+//! f32), so the model did not quietly compute in f32.
+
+mod common;
+
+use zoo_device::FloatType;
+
+const BOUND: f32 = 40.0 / 256.0;
+
+#[test]
+fn bf16_matches_transformers_in_bf16() {
+    let Some(errors) = common::half::errors(FloatType::BF16) else {
+        return;
+    };
+    assert_eq!(errors.len(), 15, "every output of the ten cases");
+    for e in &errors {
+        eprintln!(
+            "{}: to bf16 {:.5}, to f32 {:.5}, to f16 {:.5}",
+            e.what, e.same, e.full, e.other
+        );
+        assert!(e.same <= BOUND, "{}: {} from bf16", e.what, e.same);
+        assert!(e.full > 4e-4, "{}: {} from f32", e.what, e.full);
+    }
+}

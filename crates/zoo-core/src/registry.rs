@@ -332,6 +332,14 @@ pub trait Pretrained: ParamCount + Quantize {
         device: &Device,
     ) -> Result<Vec<NamedOutput>, ModelError>;
 
+    /// Writes the model as a checkpoint folder that its family loads back: `config.json`
+    /// and the weights under HF's names, as `model.safetensors`, or as `model.bpk` when
+    /// its weights are quantized ([`crate::checkpoint::save_pretrained`]).
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError>;
+
     /// The model as a text generator, when it is a causal LM.
     fn generator(&self) -> Option<&dyn TextGenerator> {
         None

@@ -105,6 +105,10 @@ impl Pretrained for PretrainedLm {
         Ok(vec![named("logits", out.logits)?])
     }
 
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        self.model.save_pretrained(dir, &self.config).map_err(ModelError::new)
+    }
+
     fn generator(&self) -> Option<&dyn TextGenerator> {
         Some(self)
     }

@@ -141,6 +141,10 @@ fn ids_and_padding(
 }
 
 impl Pretrained for ModernBertModel {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -153,6 +157,10 @@ impl Pretrained for ModernBertModel {
 }
 
 impl Pretrained for ModernBertForMaskedLm {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -166,6 +174,10 @@ impl Pretrained for ModernBertForMaskedLm {
 
 /// `logits`, or the span head's `start_logits` and `end_logits`.
 impl Pretrained for ModernBertForClassification {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -251,6 +263,10 @@ fn encoder_input(input: &ForwardInput, device: &Device) -> Result<EncoderInput, 
 }
 
 impl Pretrained for BertModel {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -266,6 +282,10 @@ impl Pretrained for BertModel {
 macro_rules! logits_head {
     ($($model:ty),*) => {$(
         impl Pretrained for $model {
+            fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+                <$model>::save_pretrained(self, dir).map_err(ModelError::new)
+            }
+
             fn forward(
                 &self,
                 input: &ForwardInput,
@@ -287,6 +307,10 @@ logits_head!(
 
 /// HF's two outputs of a span head: `start_logits` and `end_logits`.
 impl Pretrained for BertForQuestionAnswering {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -313,6 +337,10 @@ pub struct TextClassifier {
 }
 
 impl Pretrained for TextClassifier {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        self.model.save_pretrained(dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -368,6 +396,10 @@ pub struct ModernTextClassifier {
 }
 
 impl Pretrained for ModernTextClassifier {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        self.model.save_pretrained(dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,

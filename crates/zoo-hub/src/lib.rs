@@ -357,6 +357,18 @@ impl AutoModel {
         let detected = self.detected;
         Ok((Self { detected, model }, report))
     }
+
+    /// Writes the model as a checkpoint folder that the zoo loads back, with every
+    /// family's own names: `config.json`, and `model.safetensors`, or `model.bpk` (Burn's
+    /// format, which stores the packed values and scales) when its weights are quantized.
+    /// Only the model's own files: the tokenizer and the other files of the folder it was
+    /// loaded from are the caller's to copy.
+    ///
+    /// # Errors
+    /// A folder that cannot be written.
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        Ok(self.model.save_pretrained(dir.as_ref())?)
+    }
 }
 
 #[cfg(test)]

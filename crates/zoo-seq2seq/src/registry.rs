@@ -1,6 +1,8 @@
 //! The encoder-decoder family's rows in the registry (`zoo_hub::AutoModel` reads them),
 //! and its checkpoints as `zoo-core`'s [`Pretrained`] with a [`Translator`].
 
+use std::path::Path;
+
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use zoo_core::registry::{
     Architecture, ForwardInput, NamedOutput, Pretrained, Task, Translator, named, needs,
@@ -88,6 +90,10 @@ fn forward<M: EncoderDecoder>(
 macro_rules! translator {
     ($($model:ty),*) => {$(
         impl Pretrained for $model {
+            fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+                <$model>::save_pretrained(self, dir).map_err(ModelError::new)
+            }
+
             fn forward(
                 &self,
                 input: &ForwardInput,

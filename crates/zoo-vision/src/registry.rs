@@ -122,6 +122,10 @@ fn image_input(input: &ForwardInput, device: &Device) -> Result<ImageInput, Mode
 }
 
 impl Pretrained for ViTModel {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -134,6 +138,10 @@ impl Pretrained for ViTModel {
 
 /// HF's `CLIPModel` outputs: every image against every text, and both embeddings.
 impl Pretrained for ClipModel {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        Self::save_pretrained(self, dir).map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,
@@ -206,6 +214,13 @@ pub struct ImageClassifier {
 }
 
 impl Pretrained for ImageClassifier {
+    fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
+        match &self.model {
+            ImageHead::Linear(m) => m.save_pretrained(dir),
+            ImageHead::Distilled(m) => m.save_pretrained(dir),
+        }.map_err(ModelError::new)
+    }
+
     fn forward(
         &self,
         input: &ForwardInput,

@@ -9,7 +9,7 @@ use burn::store::{ApplyError, ModuleSnapshot};
 use burn::tensor::DType;
 
 use super::keymap::Direction;
-use super::weights::cast_float;
+use super::weights::{cast_float, repack};
 use super::{CheckpointError, KeyMap, PackTensor, TensorReport, WeightsFile};
 
 /// Loads `tensors` (by checkpoint name) into `module` through `map`.
@@ -54,6 +54,26 @@ fn load<M: Module>(
         .iter()
         .map(|p| regex::Regex::new(p).expect("a family's key map has a bad regex"))
         .collect();
+    // Quantized weights (a `model.bpk` that `zoo quantize` wrote) on a backend that cannot
+    // run them would panic in their first product: refuse them here, in a sentence.
+    let bits: BTreeSet<usize> = tensors
+        .values()
+        .filter_map(|t| match t.dtype {
+            DType::QFloat(scheme) => Some(scheme.size_bits_value()),
+            _ => None,
+        })
+        .collect();
+    let devices = module.devices();
+    for device in &devices {
+        for &b in &bits {
+            zoo_device::check_quantization(device, b as u32).map_err(|message| {
+                CheckpointError::Format {
+                    path: path.to_path_buf(),
+                    message,
+                }
+            })?;
+        }
+    }
     let snapshots = module.collect(None, None, true);
     // The float type the module's parameters were made in: the device's default.
     let target = snapshots
@@ -68,6 +88,10 @@ fn load<M: Module>(
             !ignore.iter().any(|re| re.is_match(&name))
         })
         .map(|t| cast_float(t, target))
+        .map(|t| match devices.first() {
+            Some(device) => repack(t, device.settings().quantization.scheme.store),
+            None => t,
+        })
         .collect();
     let file_shapes: BTreeMap<String, Vec<usize>> = kept
         .iter()

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
-use burn::tensor::DType;
+use burn::tensor::quantization::{QuantStore, QuantizedBytes};
+use burn::tensor::{DType, TensorData};
 
 use super::{CheckpointError, PackTensor};
 
@@ -16,13 +17,17 @@ pub enum WeightsFile {
     Safetensors(PathBuf),
     /// `model.safetensors.index.json`, whose `weight_map` names the shard of each tensor.
     Sharded(PathBuf),
+    /// `model.bpk`, a burnpack file under HF names, as the zoo saves a model with
+    /// quantized weights (`zoo quantize`).
+    Burnpack(PathBuf),
     /// `pytorch_model.bin`, a pickled `state_dict`.
     Pytorch(PathBuf),
 }
 
 impl WeightsFile {
-    /// The weights file of `dir`: `model.safetensors` when present, else the index of a
-    /// sharded one (`model.safetensors.index.json`), else `pytorch_model.bin`.
+    /// The weights file of `dir`: `model.safetensors` when present, else `model.bpk`,
+    /// else the index of a sharded one (`model.safetensors.index.json`), else
+    /// `pytorch_model.bin`.
     ///
     /// # Errors
     /// [`CheckpointError::NoWeights`] when there is none of them.
@@ -30,6 +35,10 @@ impl WeightsFile {
         let safetensors = dir.join("model.safetensors");
         if safetensors.is_file() {
             return Ok(Self::Safetensors(safetensors));
+        }
+        let burnpack = dir.join("model.bpk");
+        if burnpack.is_file() {
+            return Ok(Self::Burnpack(burnpack));
         }
         let index = dir.join("model.safetensors.index.json");
         if index.is_file() {
@@ -47,7 +56,7 @@ impl WeightsFile {
     /// The file's path.
     pub fn path(&self) -> &Path {
         match self {
-            Self::Safetensors(p) | Self::Sharded(p) | Self::Pytorch(p) => p,
+            Self::Safetensors(p) | Self::Sharded(p) | Self::Burnpack(p) | Self::Pytorch(p) => p,
         }
     }
 
@@ -72,6 +81,11 @@ impl WeightsFile {
                 .cloned()
                 .map_err(|e| format(e.to_string())),
             Self::Pytorch(p) => PytorchStore::from_file(p)
+                .get_all_tensors()
+                .cloned()
+                .map_err(|e| format(e.to_string())),
+            Self::Burnpack(p) => burn::store::BurnpackStore::from_file(p)
+                .auto_extension(false)
                 .get_all_tensors()
                 .cloned()
                 .map_err(|e| format(e.to_string())),
@@ -225,4 +239,60 @@ pub(super) fn cast_float(tensor: PackTensor, target: DType) -> PackTensor {
     bridge::deferred(name, target, shape, id, move || {
         Ok(bridge::to_data(&tensor)?.convert_dtype(target))
     })
+}
+
+/// A quantized tensor in `store`, the packing that the device it loads on runs: flex
+/// keeps 8-bit values one per byte, while WGSL has no bytes and wgpu packs four to a
+/// `u32`. The values and their scales are unpacked and packed again, unchanged; a tensor
+/// already in `store`, or not quantized, passes as it is.
+pub(super) fn repack(tensor: PackTensor, store: QuantStore) -> PackTensor {
+    let DType::QFloat(scheme) = tensor.dtype else {
+        return tensor;
+    };
+    if scheme.store == store {
+        return tensor;
+    }
+    let target = scheme.with_store(store);
+    let (name, shape, id) = (tensor.name.clone(), tensor.shape.clone(), tensor.param_id);
+    bridge::deferred(name, DType::QFloat(target), shape, id, move || {
+        let data = bridge::to_data(&tensor)?;
+        let shape = data.shape().clone();
+        let packed = QuantizedBytes {
+            bytes: data.into_bytes(),
+            scheme,
+            shape: shape.clone(),
+        };
+        let (values, scales) = packed.into_vec_i8();
+        Ok(match target.store {
+            QuantStore::PackedU32(0) if scales.global.is_none() => {
+                let bits = target.size_bits_value();
+                let line = shape.to_vec().last().copied().unwrap_or(1).max(1);
+                let mut bytes = pack_lines_u32(&values, line, bits);
+                for scale in &scales.block {
+                    bytes.extend(scale.to_ne_bytes());
+                }
+                TensorData::from_bytes_vec(bytes, shape, DType::QFloat(target))
+            }
+            _ => TensorData::quantized(values, shape, target, &scales.block, scales.global),
+        })
+    })
+}
+
+/// Signed `bits`-wide values packed into little-endian `u32` words, the first value in
+/// the lowest bits, each line of `line` values starting a new word, as CubeCL's
+/// `PackedU32` store along the innermost dimension lays them out.
+fn pack_lines_u32(values: &[i8], line: usize, bits: usize) -> Vec<u8> {
+    let per_word = 32 / bits;
+    let mask = (1u32 << bits) - 1;
+    let mut out = Vec::with_capacity(values.len() * bits / 8 + 4);
+    for row in values.chunks(line) {
+        for group in row.chunks(per_word) {
+            let word = group
+                .iter()
+                .enumerate()
+                .fold(0u32, |acc, (i, v)| acc | ((*v as u32) & mask) << (i * bits));
+            out.extend(word.to_le_bytes());
+        }
+    }
+    out
 }

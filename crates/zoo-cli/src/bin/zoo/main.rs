@@ -14,6 +14,7 @@
 //! zoo embed    --model DIR --input IN.json --output OUT.json
 //! zoo train    --model DIR --task TASK --train FILE [--valid FILE] --output DIR ...
 //! zoo merge    --model DIR --adapter DIR --output DIR
+//! zoo quantize --model DIR --scheme q8|q4 [--block N] --output DIR
 //! ```
 //!
 //! Every command takes `--device` (flex, ndarray, wgpu, tch, tch-cuda, cuda) and picks the
@@ -248,6 +249,29 @@ enum Command {
         #[arg(long)]
         overwrite: bool,
     },
+    /// Writes a copy of a checkpoint folder with the linear weights of its layer stacks
+    /// quantized (model.bpk, Burn's format, under HF's names; embeddings, heads, norms
+    /// and biases keep their precision), which every zoo command loads as it loads the
+    /// original.
+    Quantize {
+        /// The checkpoint folder (a sentence-transformers folder too), or a hub id
+        /// (org/name).
+        #[arg(long)]
+        model: PathBuf,
+        /// q8 or q4: 8- or 4-bit symmetric values.
+        #[arg(long, value_name = "q8|q4")]
+        scheme: String,
+        /// Values per scale along each weight's output dimension; 0 for one scale per
+        /// tensor.
+        #[arg(long, default_value_t = 32)]
+        block: usize,
+        /// Where to write the quantized checkpoint.
+        #[arg(long)]
+        output: PathBuf,
+        /// Replace a checkpoint already in --output.
+        #[arg(long)]
+        overwrite: bool,
+    },
     /// Sentence embeddings from a sentence-transformers folder.
     Embed {
         /// The sentence-transformers folder (modules.json, 1_Pooling/config.json, the
@@ -272,16 +296,16 @@ pub(crate) struct QuantArgs {
     /// (embeddings and heads keep their precision; flex and wgpu take both, ndarray q8,
     /// tch neither).
     #[arg(long, value_name = "q8|q4")]
-    quantize: Option<String>,
+    pub(crate) quantize: Option<String>,
     /// Values per quantization scale along each weight's output dimension; 0 for one
     /// scale per tensor.
     #[arg(long, default_value_t = 32)]
-    quant_block: usize,
+    pub(crate) quant_block: usize,
 }
 
 impl QuantArgs {
     /// The options asked for, if any.
-    fn options(&self) -> Result<Option<QuantOptions>> {
+    pub(crate) fn options(&self) -> Result<Option<QuantOptions>> {
         let Some(bits) = &self.quantize else {
             return Ok(None);
         };
@@ -305,7 +329,7 @@ impl QuantArgs {
     }
 }
 
-fn report_quantized(options: &QuantOptions, report: &zoo_core::QuantReport, device: &Device) {
+pub(crate) fn report_quantized(options: &QuantOptions, report: &zoo_core::QuantReport, device: &Device) {
     let float = FloatType::of(device).unwrap_or_default();
     let mb = |b: usize| b as f64 / 1e6;
     let kept = match report.kept {
@@ -377,6 +401,7 @@ fn locate_model(command: &mut Command) -> Result<()> {
         | Command::Forward { model, .. }
         | Command::Classify { model, .. }
         | Command::Merge { model, .. }
+        | Command::Quantize { model, .. }
         | Command::Embed { model, .. }
         | Command::Tokenize { model, .. }
         | Command::FillMask { model, .. }
@@ -468,6 +493,19 @@ fn run(mut cli: Cli) -> Result<()> {
             quant,
         } => embed(&model, &input, &output, &quant, &device()?),
         Command::Train(args) => train::train(&args, &cli.device, &device()?),
+        Command::Quantize {
+            model,
+            scheme,
+            block,
+            output,
+            overwrite,
+        } => {
+            let quant = QuantArgs {
+                quantize: Some(scheme),
+                quant_block: block,
+            };
+            train::quantize(&model, &quant, &output, overwrite, &device()?)
+        }
         Command::Merge {
             model,
             adapter,
@@ -495,6 +533,14 @@ fn dtype_name(dtype: burn::tensor::DType) -> String {
         DType::BF16 => "bfloat16".into(),
         DType::I64 => "int64".into(),
         DType::I32 => "int32".into(),
+        DType::QFloat(scheme) => match scheme.block_size() {
+            Some(block) => format!(
+                "q{} in blocks of {}",
+                scheme.size_bits_value(),
+                block.as_slice().iter().map(|b| *b as usize).product::<usize>()
+            ),
+            None => format!("q{} per tensor", scheme.size_bits_value()),
+        },
         other => format!("{other:?}").to_lowercase(),
     }
 }
@@ -524,7 +570,12 @@ fn info(dir: &Path, check: bool, device: &Device) -> Result<()> {
     if dtypes == computed {
         outln!("dtype:        {dtypes}");
     } else {
-        outln!("dtype:        {dtypes} (loaded as {computed})");
+        let which = if dtypes.contains(" in blocks of ") || dtypes.contains(" per tensor") {
+            "float tensors "
+        } else {
+            ""
+        };
+        outln!("dtype:        {dtypes} ({which}loaded as {computed})");
     }
     outln!(
         "weights:      {} ({} tensors)",

@@ -22,7 +22,7 @@ use zoo_encoder::{
     BertForMaskedLm, BertForSequenceClassification, BertForTokenClassification, BertModel,
     BertTokenizer, EncoderInput, Encoding, MaskingConfig, masked_items,
 };
-use zoo_hub::{Detected, model_types};
+use zoo_hub::{AutoModel, Detected, model_types};
 use zoo_seq2seq::{EncoderDecoder, MarianMtModel, T5ForConditionalGeneration};
 use zoo_train::{
     CausalLmTask, ClassificationTask, FitOptions, RoundMetrics, Seq2SeqTask, TrainArgs,
@@ -417,6 +417,102 @@ pub(crate) fn merge(
         copied.join(", ")
     );
     Ok(())
+}
+
+/// Runs `zoo quantize`: the checkpoint of `model` with its layer stacks' linear weights
+/// quantized, written to `output` as `config.json` and `model.bpk`, with the folder's
+/// tokenizer, generation and processor files, and a sentence-transformers folder's
+/// module files.
+pub(crate) fn quantize(
+    model: &Path,
+    quant: &crate::QuantArgs,
+    output: &Path,
+    overwrite: bool,
+    device: &Device,
+) -> Result<()> {
+    let options = quant.options()?.expect("zoo quantize always names a scheme");
+    if same_folder(model, output) {
+        return Err(CliError::Input(format!(
+            "--output {} is the model folder; write the quantized checkpoint elsewhere",
+            output.display()
+        )));
+    }
+    if output.join("config.json").exists() && !overwrite {
+        return Err(CliError::Input(format!(
+            "{} holds a checkpoint; --overwrite replaces it",
+            output.display()
+        )));
+    }
+    let (quantized, report) = AutoModel::from_pretrained(model, device)?.quantize(&options, device)?;
+    crate::report_quantized(&options, &report, device);
+    quantized.save_pretrained(output)?;
+    let mut copied = copy_companions(model, output)?;
+    copied.extend(copy_sentence_modules(model, output)?);
+    outln!(
+        "wrote {}: config.json, model.bpk{}{}",
+        output.display(),
+        if copied.is_empty() { "" } else { ", " },
+        copied.join(", ")
+    );
+    Ok(())
+}
+
+/// A sentence-transformers folder's own files (`modules.json`, its config files, and the
+/// files of each module's folder, such as `1_Pooling/config.json`), copied beside a
+/// checkpoint written from its transformer.
+fn copy_sentence_modules(from: &Path, to: &Path) -> Result<Vec<String>> {
+    let modules = from.join("modules.json");
+    if !modules.is_file() {
+        return Ok(Vec::new());
+    }
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|e| CliError::File {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    };
+    let entries: Vec<serde_json::Value> =
+        serde_json::from_slice(&read(&modules)?).map_err(|e| CliError::File {
+            path: modules.clone(),
+            message: e.to_string(),
+        })?;
+    let mut names: Vec<String> = [
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+    ]
+    .into_iter()
+    .filter(|n| from.join(n).is_file())
+    .map(String::from)
+    .collect();
+    for entry in entries {
+        let path = entry["path"].as_str().unwrap_or_default();
+        let folder = Path::new(path);
+        let plain = folder
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if path.is_empty() || !plain || !from.join(folder).is_dir() {
+            continue;
+        }
+        let listing = std::fs::read_dir(from.join(folder)).map_err(|e| CliError::File {
+            path: from.join(folder),
+            message: e.to_string(),
+        })?;
+        for file in listing.flatten().filter(|f| f.path().is_file()) {
+            names.push(folder.join(file.file_name()).to_string_lossy().into_owned());
+        }
+    }
+    for name in &names {
+        let target = to.join(name);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| CliError::File {
+                path: parent.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        }
+        zoo_train::write_atomic(&target, &read(&from.join(name))?).map_err(train_err)?;
+    }
+    Ok(names)
 }
 
 /// Whether two paths name the same existing folder.

@@ -106,7 +106,9 @@ impl Pretrained for PretrainedLm {
     }
 
     fn save_pretrained(&self, dir: &Path) -> Result<(), ModelError> {
-        self.model.save_pretrained(dir, &self.config).map_err(ModelError::new)
+        self.model
+            .save_pretrained(dir, &self.config)
+            .map_err(ModelError::new)
     }
 
     fn generator(&self) -> Option<&dyn TextGenerator> {

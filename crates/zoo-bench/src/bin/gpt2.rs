@@ -9,7 +9,7 @@
 //! `xtask/bench/gpt2.py` (HF `transformers` `GPT2LMHeadModel`), run with the same shapes
 //! and thread count.
 //!
-//! `cargo xtask bench gpt2 [--mode forward|generate] [--batch 1] [--len 128] [--prompt 16] [--new 64] [--runs 5] [--threads 2] [--device flex]`
+//! `cargo xtask bench gpt2 [--mode forward|generate] [--batch 1] [--len 128] [--prompt 16] [--new 64] [--runs 5] [--threads 2] [--device flex] [--dtype f32|f16|bf16] [--quantize q8|q4]`
 
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::builder::RangedU64ValueParser;
@@ -60,6 +60,7 @@ fn main() {
     let (args, device) = parse_and_start(|a: &Args| &a.common);
     device.seed(0);
     let model = or_exit(DecoderConfig::gpt2_small().init(&device));
+    let model = or_exit(args.common.quantized(model, &device));
     let runs = args.common.runs;
     match args.mode {
         Mode::Forward => {

@@ -19,16 +19,5 @@ const BOUND: f32 = 40.0 / 256.0;
 
 #[test]
 fn bf16_matches_transformers_in_bf16() {
-    let Some(errors) = common::half::errors(FloatType::BF16) else {
-        return;
-    };
-    assert_eq!(errors.len(), 15, "every output of the ten cases");
-    for e in &errors {
-        eprintln!(
-            "{}: to bf16 {:.5}, to f32 {:.5}, to f16 {:.5}",
-            e.what, e.same, e.full, e.other
-        );
-        assert!(e.same <= BOUND, "{}: {} from bf16", e.what, e.same);
-        assert!(e.full > 4e-4, "{}: {} from f32", e.what, e.full);
-    }
+    common::half::check(FloatType::BF16, BOUND);
 }

@@ -86,3 +86,21 @@ pub fn errors(float: FloatType) -> Option<Vec<Errors>> {
     }
     Some(out)
 }
+
+/// [`errors`], checked: all 15 outputs of the ten cases, each within `bound` of
+/// transformers in `float` and further than 4e-4 from transformers in f32 (four times
+/// the 1e-4 at which the zoo matches it in f32: the control that the model did not
+/// quietly compute in f32). Returns the errors for further checks.
+pub fn check(float: FloatType, bound: f32) -> Option<Vec<Errors>> {
+    let errors = errors(float)?;
+    assert_eq!(errors.len(), 15, "every output of the ten cases");
+    for e in &errors {
+        eprintln!(
+            "{}: to {float} {:.5}, to f32 {:.5}, to the other half type {:.5}",
+            e.what, e.same, e.full, e.other
+        );
+        assert!(e.same <= bound, "{}: {} from {float}", e.what, e.same);
+        assert!(e.full > 4e-4, "{}: {} from f32", e.what, e.full);
+    }
+    Some(errors)
+}

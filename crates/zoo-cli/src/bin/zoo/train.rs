@@ -376,18 +376,7 @@ pub(crate) fn merge(
             arch.name
         )));
     }
-    if same_folder(model, output) {
-        return Err(CliError::Input(format!(
-            "--output {} is the model folder; write the merged checkpoint elsewhere",
-            output.display()
-        )));
-    }
-    if output.join("config.json").exists() && !overwrite {
-        return Err(CliError::Input(format!(
-            "{} holds a checkpoint; --overwrite replaces it",
-            output.display()
-        )));
-    }
+    check_written_output(model, output, overwrite, "merged")?;
     if !adapter.is_dir() {
         return Err(CliError::File {
             path: adapter.to_path_buf(),
@@ -433,18 +422,7 @@ pub(crate) fn quantize(
     let options = quant
         .options()?
         .expect("zoo quantize always names a scheme");
-    if same_folder(model, output) {
-        return Err(CliError::Input(format!(
-            "--output {} is the model folder; write the quantized checkpoint elsewhere",
-            output.display()
-        )));
-    }
-    if output.join("config.json").exists() && !overwrite {
-        return Err(CliError::Input(format!(
-            "{} holds a checkpoint; --overwrite replaces it",
-            output.display()
-        )));
-    }
+    check_written_output(model, output, overwrite, "quantized")?;
     let (quantized, report) =
         AutoModel::from_pretrained(model, device)?.quantize(&options, device)?;
     crate::report_quantized(&options, &report, device);
@@ -516,6 +494,25 @@ fn copy_sentence_modules(from: &Path, to: &Path) -> Result<Vec<String>> {
         zoo_train::write_atomic(&target, &read(&from.join(name))?).map_err(train_err)?;
     }
     Ok(names)
+}
+
+/// Refuses an `output` folder that is the `model` folder, or that holds a checkpoint
+/// without `overwrite`, before anything is read or written; `what` names the checkpoint
+/// (merged, quantized).
+fn check_written_output(model: &Path, output: &Path, overwrite: bool, what: &str) -> Result<()> {
+    if same_folder(model, output) {
+        return Err(CliError::Input(format!(
+            "--output {} is the model folder; write the {what} checkpoint elsewhere",
+            output.display()
+        )));
+    }
+    if output.join("config.json").exists() && !overwrite {
+        return Err(CliError::Input(format!(
+            "{} holds a checkpoint; --overwrite replaces it",
+            output.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Whether two paths name the same existing folder.

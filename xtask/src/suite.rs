@@ -186,7 +186,7 @@ pub fn precision_rows() -> Vec<Row> {
         ("q8", &["--quantize", "q8"], &["flex"]),
         ("q4", &["--quantize", "q4"], &["flex"]),
     ];
-    let mut rows = Vec::new();
+    let mut rows = loading_rows();
     for (id, title, script, args) in &workloads {
         let program = if *script == "bert.py" { "bert" } else { "gpt2" };
         let torch_args: Vec<&'static str> = args.clone();
@@ -205,6 +205,65 @@ pub fn precision_rows() -> Vec<Row> {
         }
     }
     rows
+}
+
+/// The checkpoints the loading rows read, `{CHECKPOINTS}/{kind}-{dtype}`, written by
+/// `xtask/bench/write_checkpoint.py` (random weights, seed 0) when missing.
+const CHECKPOINTS: &str = "{checkpoints}";
+
+/// The loading rows of `cargo xtask bench precision`: the resident memory that loading
+/// adds, at its peak, over the weights' bytes, from a file stored in f32 or f16 into a
+/// model computing in f32 or f16, beside PyTorch's `from_pretrained` of the same file in
+/// the same type.
+fn loading_rows() -> Vec<Row> {
+    let loads = [
+        ("4a", "GPT-2 small", "gpt2", "f32", "f32"),
+        ("4b", "GPT-2 small", "gpt2", "f16", "f16"),
+        ("4c", "GPT-2 small", "gpt2", "f32", "f16"),
+        ("4d", "BERT-base", "bert", "f32", "f32"),
+        ("4e", "BERT-base", "bert", "f16", "f16"),
+    ];
+    loads
+        .into_iter()
+        .map(|(id, name, kind, stored, float)| {
+            let dir = leak(format!("{CHECKPOINTS}/{kind}-{stored}"));
+            Row {
+                id,
+                title: leak(format!(
+                    "{name} loaded from a file in {stored}, as {float}: resident memory \
+                     added at the peak over the weights' bytes"
+                )),
+                zoo: (
+                    "load",
+                    vec!["--model", dir, "--dtype", float, "--runs", "1"],
+                ),
+                torch: Some(("load.py", vec!["--model", dir, "--dtype", float])),
+                unit: "×",
+                figure: "rss_added_over_weights",
+                backends: Some(&["flex", "tch"]),
+            }
+        })
+        .collect()
+}
+
+/// Writes the checkpoints that the loading rows read, into `dir`, when missing.
+fn write_checkpoints(python: &Path, scripts: &Path, dir: &Path) -> Result<()> {
+    for kind in ["gpt2", "bert"] {
+        for dtype in ["f32", "f16"] {
+            let out = dir.join(format!("{kind}-{dtype}"));
+            if out.join("model.safetensors").is_file() {
+                continue;
+            }
+            let mut command = Command::new(python);
+            command
+                .arg(scripts.join("write_checkpoint.py"))
+                .args(["--kind", kind, "--dtype", dtype, "--out"])
+                .arg(&out)
+                .current_dir(scripts);
+            run_process(command, &format!("write_checkpoint.py {kind} {dtype}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The `--quick` subset: one small row of each kind.
@@ -465,6 +524,17 @@ pub fn run(args: &[String]) -> Result<bool> {
             ));
         }
     }
+    let checkpoints = crate::environment::cache_root()?.join("bench-checkpoints");
+    let uses_checkpoints = |args: &[&str]| args.iter().any(|a| a.contains(CHECKPOINTS));
+    if rows.iter().any(|r| uses_checkpoints(&r.zoo.1)) {
+        write_checkpoints(&python, &scripts, &checkpoints)?;
+    }
+    let checkpoints = checkpoints.to_string_lossy().into_owned();
+    let expand = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .map(|a| a.replace(CHECKPOINTS, &checkpoints))
+            .collect()
+    };
     let started = Instant::now();
     let mut table: Vec<(Row, Vec<(String, Cell)>)> = Vec::new();
     for row in rows {
@@ -483,7 +553,7 @@ pub fn run(args: &[String]) -> Result<bool> {
             for (backend, cell) in &mut cells {
                 let mut command = Command::new(target.join(row.zoo.0));
                 command
-                    .args(&row.zoo.1)
+                    .args(expand(&row.zoo.1))
                     .args(["--device", backend, "--threads", &threads])
                     .envs(cargo_env.vars.iter().map(|(k, v)| (k, v)))
                     // libtorch sizes its pool from these when the tch backend starts.
@@ -510,7 +580,7 @@ pub fn run(args: &[String]) -> Result<bool> {
                 let mut command = Command::new(&python);
                 command
                     .arg(scripts.join(script))
-                    .args(script_args)
+                    .args(expand(script_args))
                     .args(["--threads", &threads])
                     .current_dir(&scripts)
                     .env("OMP_NUM_THREADS", &threads)
@@ -540,7 +610,26 @@ pub fn run(args: &[String]) -> Result<bool> {
         }
         table.push((row, cells));
     }
-    let report = render(&table, &options, &python, started.elapsed().as_secs_f64());
+    let mut quality = String::new();
+    if options.precision {
+        let minilm = crate::fetch::fetch_minilm()?;
+        let mut command = Command::new(&python);
+        command
+            .arg(scripts.join("quality.py"))
+            .arg("--zoo")
+            .arg(target.join("zoo"))
+            .arg("--minilm")
+            .arg(&minilm)
+            .arg("--root")
+            .arg(workspace_root())
+            .args(["--threads", &threads])
+            .current_dir(&scripts)
+            .envs(cargo_env.vars.iter().map(|(k, v)| (k, v)));
+        println!("bench: quality, quality.py");
+        quality = run_process(command, "quality.py")?;
+    }
+    let mut report = render(&table, &options, &python, started.elapsed().as_secs_f64());
+    report.push_str(&quality);
     println!("\n{report}");
     if let Some(path) = &options.output {
         write_atomic(path, &report)?;
@@ -676,7 +765,15 @@ fn precision_header(
          products took minutes a GPT-2 8 × 128 pass here (one process ran 5 minutes before \
          it was stopped), and burn-tch has no quantized ops; tch runs f32 for reference. \
          Flex dequantizes each quantized weight before its product (Burn 0.22.1), so those \
-         rows measure storage, not a quantized kernel.\n- Method: {} round(s); in a round \
+         rows measure storage, not a quantized kernel.\n- Rows 4a to 4e: loading a \
+         checkpoint folder (random weights from seed 0, saved by `transformers`' \
+         `save_pretrained` in f32 or f16 by `xtask/bench/write_checkpoint.py`) with \
+         `AutoModel::from_pretrained`, as every `zoo` command loads (the `load` program), \
+         beside `transformers`' `AutoModel.from_pretrained(dtype=...)` (`load.py`). The \
+         figure is the resident memory that loading adds at its peak (high-water mark after, \
+         less the resident memory before) over the weights' bytes in the type loaded; both \
+         sides memory-map the safetensors file, and the mapped pages that were read count \
+         in it.\n- Method: {} round(s); in a round \
          the zoo's program runs once on each backend, then the PyTorch script once; each \
          process warms up, then times its calls (5, or 3 for generation) and reports their \
          median. Peak RSS is each process's high-water mark.\n\n",

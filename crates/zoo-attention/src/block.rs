@@ -8,7 +8,7 @@ use burn::module::{Module, Param};
 use burn::nn::{
     Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear, RmsNorm, RmsNormConfig,
 };
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use zoo_core::ConfigError;
 
@@ -121,9 +121,9 @@ impl OffsetRmsNorm {
     /// - `x`: `[..., d_model]` -> same
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
-        let x = x.cast(burn::tensor::DType::F32);
+        let x = x.cast(DType::F32);
         let rms = (x.clone().square().mean_dim(D - 1) + self.epsilon).sqrt();
-        let scale = self.weight.val().cast(burn::tensor::DType::F32) + 1.0;
+        let scale = self.weight.val().cast(DType::F32) + 1.0;
         ((x / rms) * scale.unsqueeze()).cast(dtype)
     }
 }
@@ -155,16 +155,48 @@ impl Norm {
         }
     }
 
+    /// In half precision (f16, bf16) the statistics are accumulated in f32, as
+    /// `transformers` does: LayerNorm computes in f32 and narrows its result once (torch's
+    /// `layer_norm` accumulates half inputs in f32); RMSNorm (Llama, T5, Qwen) normalises
+    /// in f32, narrows, then scales in the model's type; Gemma's norm computes wholly in
+    /// f32. A bf16 sum of squares keeps 8 bits, so a row whose mean is large against its
+    /// spread would otherwise lose the spread altogether.
+    ///
     /// # Shapes
     /// - `x`: `[..., d_model]` -> same
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let dtype = x.dtype();
+        let half = matches!(dtype, DType::F16 | DType::BF16);
         match self {
-            Self::LayerNorm(n) => n.forward(x),
+            Self::RmsNorm(n) if half => {
+                let x = x.cast(DType::F32);
+                let rms = (x.clone().square().mean_dim(D - 1) + n.epsilon).sqrt();
+                (x / rms).cast(dtype) * n.gamma.val().unsqueeze()
+            }
+            Self::LayerNorm(n) => layer_norm(n, x),
             Self::RmsNorm(n) => n.forward(x),
             Self::OffsetRmsNorm(n) => n.forward(x),
             Self::Identity(_) => x,
         }
     }
+}
+
+/// Burn's [`LayerNorm`], with its statistics and affine map computed in f32 when the
+/// input is half precision (f16 or bf16), and the result narrowed once, as torch's
+/// `layer_norm` does for half inputs. (Burn's own widens f16 only.) Every LayerNorm of
+/// the zoo runs through it.
+///
+/// # Shapes
+/// - `x`: `[..., d_model]` -> same
+pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
+    let dtype = x.dtype();
+    if !matches!(dtype, DType::F16 | DType::BF16) {
+        return norm.forward(x);
+    }
+    let mut wide = norm.clone();
+    wide.gamma = wide.gamma.map(|g| g.cast(DType::F32));
+    wide.beta = wide.beta.map(|b| b.map(|b| b.cast(DType::F32)));
+    wide.forward(x.cast(DType::F32)).cast(dtype)
 }
 
 /// Where the norm sits around each sub-layer.

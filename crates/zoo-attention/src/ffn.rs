@@ -422,9 +422,12 @@ impl SparseMoe {
         let device = x.device();
         let flat = x.reshape([n, d]);
         let logits = self.router.forward(flat.clone());
-        // As transformers: the softmax over every expert, the top k renormalised.
-        let (top, chosen) = softmax(logits.clone(), 1).topk_with_indices(k, 1);
-        let top = top.clone() / top.sum_dim(1);
+        // As transformers: the softmax over every expert in f32, the top k renormalised,
+        // then narrowed to the model's float type.
+        let dtype = logits.dtype();
+        let probs = softmax(logits.clone().cast(crate::sdpa::accumulation(dtype)), 1);
+        let (top, chosen) = probs.topk_with_indices(k, 1);
+        let top = (top.clone() / top.sum_dim(1)).cast(dtype);
         let weights = Tensor::<2>::zeros([n, e], &device).scatter(
             1,
             chosen.clone(),

@@ -38,7 +38,8 @@ pub mod sdpa;
 pub use block::{
     BlockInput, BlockOutput, CrossAttentionBlock, CrossAttentionBlockConfig, Memory, NoNorm, Norm,
     NormKind, NormPlacement, OffsetRmsNorm, ParallelBlock, ParallelBlockConfig, SandwichBlock,
-    SandwichBlockConfig, TransformerBlock, TransformerBlockConfig, linear_rows, tied_logits,
+    SandwichBlockConfig, TransformerBlock, TransformerBlockConfig, layer_norm, linear_rows,
+    tied_logits,
 };
 pub use cache::{CrossKvCache, KvCache};
 pub use dropout::dropout;

@@ -18,7 +18,7 @@
 use burn::nn::Dropout;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 use zoo_core::ConfigError;
 
 use crate::error::{AttentionError, Result};
@@ -97,11 +97,26 @@ fn check_qkv(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, mask: &Mask) -> Result
 ///
 /// The max is clamped to the most negative finite value so that `-inf - max` stays `-inf`,
 /// and the sum is clamped away from zero so that an all-zero row divides to zero.
+///
+/// Half-precision scores (f16, bf16) are exponentiated and summed in f32 and the weights
+/// narrowed once at the end, as `transformers` computes its softmax
+/// (`softmax(.., dtype=torch.float32)`) and as the fused kernels do.
 pub fn safe_softmax(scores: Tensor<4>) -> Tensor<4> {
+    let dtype = scores.dtype();
+    let scores = scores.cast(accumulation(dtype));
     let max = scores.clone().max_dim(3).clamp_min(f32::MIN);
     let e = (scores - max).exp();
     let sum = e.clone().sum_dim(3).clamp_min(f32::MIN_POSITIVE);
-    e / sum
+    (e / sum).cast(dtype)
+}
+
+/// The float type attention sums in for inputs of type `dtype`: f32 for f16 and bf16,
+/// the input's own otherwise.
+pub fn accumulation(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        other => other,
+    }
 }
 
 /// The readable reference path: matmul, scale, bias, mask, softmax, dropout, matmul.
@@ -312,6 +327,11 @@ pub fn attention_chunked(
     let d = q.dims()[3];
     let dv = v.dims()[3];
     let device = q.device();
+    // The running max, sums and products are kept in f32 for half-precision inputs (the
+    // running max starts at f32::MIN, which f16 cannot hold), the result narrowed once.
+    let dtype = q.dtype();
+    let wide = accumulation(dtype);
+    let (q, k, v) = (q.cast(wide), k.cast(wide), v.cast(wide));
     let scores = scale.into();
     let scale = scores.factor_for(d);
     let block_q = block_q.max(1);
@@ -321,9 +341,9 @@ pub fn attention_chunked(
         let q1 = (q0 + block_q).min(tq);
         let bq = q1 - q0;
         let qb = q.clone().slice([0..b, 0..h, q0..q1, 0..d]) * scale;
-        let mut m = Tensor::<4>::full([b, h, bq, 1], f32::MIN, &device);
-        let mut l = Tensor::<4>::zeros([b, h, bq, 1], &device);
-        let mut acc = Tensor::<4>::zeros([b, h, bq, dv], &device);
+        let mut m = Tensor::<4>::full([b, h, bq, 1], f32::MIN, (&device, wide));
+        let mut l = Tensor::<4>::zeros([b, h, bq, 1], (&device, wide));
+        let mut acc = Tensor::<4>::zeros([b, h, bq, dv], (&device, wide));
         for k0 in (0..tk).step_by(block_k) {
             let k1 = (k0 + block_k).min(tk);
             if mask.is_causal() && mask.key_offset + k0 > mask.query_offset + q1 - 1 {
@@ -334,7 +354,7 @@ pub fn attention_chunked(
             // [B, H, bq, D] x [B, H, D, bk] -> [B, H, bq, bk]
             let mut s = scores.cap(qb.clone().matmul(kb.swap_dims(2, 3)));
             if let Some(bias) = &mask.bias {
-                s = s + tile(bias.clone(), q0..q1, k0..k1);
+                s = s + tile(bias.clone(), q0..q1, k0..k1).cast(wide);
             }
             if let Some(mb) = &mask.masked {
                 s = s.mask_fill(tile(mb.clone(), q0..q1, k0..k1), f32::NEG_INFINITY);
@@ -351,7 +371,7 @@ pub fn attention_chunked(
         }
         outputs.push(acc / l.clamp_min(f32::MIN_POSITIVE));
     }
-    Ok(Tensor::cat(outputs, 2))
+    Ok(Tensor::cat(outputs, 2).cast(dtype))
 }
 
 /// The full `[T, T]` sliding-window mask (`true` = masked), for the reference path: the

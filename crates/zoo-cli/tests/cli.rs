@@ -1435,11 +1435,8 @@ fn info_reports_the_architecture_parameters_and_tensors() {
         "{}",
         run.stdout
     );
-    let run = ok(&[
-        "info",
-        "--model",
-        fixture("zoo-decoder", "gpt2-tiny-bf16").to_str().unwrap(),
-    ]);
+    let bf16 = fixture("zoo-decoder", "gpt2-tiny-bf16");
+    let run = ok_on("info", &bf16, &["--dtype", "f32"]);
     assert!(
         run.stdout
             .contains("dtype:        bfloat16 (loaded as float32)"),
@@ -1459,6 +1456,67 @@ fn info_reports_the_architecture_parameters_and_tensors() {
         "{}",
         run.stdout
     );
+}
+
+/// Without `--dtype`, a checkpoint computes in the type it stores: the bf16 GPT-2 fixture
+/// runs in bf16 on flex and tch, its outputs equal `--dtype bf16`'s bit for bit and are
+/// away from `--dtype f32`'s (the control); where the backend has no bf16 (ndarray,
+/// software Vulkan) it computes in f32 with a note, and equals `--dtype f32`'s.
+#[test]
+fn a_checkpoint_computes_in_its_stored_type_unless_asked() {
+    let dir = fixture("zoo-decoder", "gpt2-tiny-bf16");
+    let e = read_json(&dir.join("expected.json"));
+    let tmp = tempdir("stored-dtype");
+    let inp = tmp.join("in.json");
+    std::fs::write(&inp, json!({"input_ids": e["input_ids"]}).to_string()).unwrap();
+    let forward = |tag: &str, dtype: &[&str]| -> (Run, Vec<f32>) {
+        let out = tmp.join(format!("{tag}.json"));
+        let mut args = vec![
+            "forward",
+            "--model",
+            dir.to_str().unwrap(),
+            "--input",
+            inp.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(dtype);
+        let run = ok(&args);
+        (run, flat(&read_json(&out)["logits"]))
+    };
+    let (run, stored) = forward("stored", &[]);
+    let (_, f32s) = forward("f32", &["--dtype", "f32"]);
+    let info = ok_on("info", &dir, &[]);
+    let backend = test_backend();
+    if matches!(backend, BackendName::NdArray | BackendName::Wgpu) {
+        assert!(
+            run.stderr.contains(&format!(
+                "note: the checkpoint stores bf16 weights, which backend '{backend}' cannot \
+                 compute in here; computing in f32 (--dtype sets the type)"
+            )),
+            "{}",
+            run.stderr
+        );
+        assert_eq!(stored, f32s);
+        assert!(
+            info.stdout
+                .contains("dtype:        bfloat16 (loaded as float32)"),
+            "{}",
+            info.stdout
+        );
+    } else {
+        assert!(!run.stderr.contains("note:"), "{}", run.stderr);
+        let (_, bf16s) = forward("bf16", &["--dtype", "bf16"]);
+        assert_eq!(stored, bf16s);
+        let moved = max_abs_diff_slices(&stored, &f32s);
+        assert!(moved > 1e-3, "bf16 logits within {moved} of f32's");
+        assert!(
+            info.stdout.contains("dtype:        bfloat16\n"),
+            "{}",
+            info.stdout
+        );
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
 }
 
 /// `zoo embed` of the expected file's sentences with the folder `dir`: its stderr, and
@@ -1934,6 +1992,18 @@ fn bad_input_is_one_line_naming_the_problem() {
         &|c| c["vocab_size"] = 1_000_000_000_000u64.into(),
         true,
     );
+    // About 8 billion parameters: 15 GiB in half precision, within the config's lower
+    // bound, and 30 GiB in f32, which the loader refuses before it allocates.
+    folder(
+        "8b",
+        &|c| {
+            c["n_embd"] = 4096.into();
+            c["n_head"] = 32.into();
+            c["n_layer"] = 40.into();
+            c["n_inner"] = 16384.into();
+        },
+        true,
+    );
     let empty = tmp.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let broken = tmp.join("broken");
@@ -2104,7 +2174,11 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "forward --model {tmp}/huge-vocab --input {tmp}/ids.json --output {tmp}/out.json",
-            "the decoder's weights would need ",
+            "the decoder's weights, at least ",
+        ),
+        (
+            "forward --model {tmp}/8b --input {tmp}/ids.json --output {tmp}/out.json",
+            "model.safetensors: the model's 8,",
         ),
         (
             "generate --model {gpt2} --prompt hi --num-beams 10000000000",
@@ -2202,12 +2276,12 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "info --model {tmp}/deep",
-            "the decoder's weights would need ",
+            "the decoder's weights, at least ",
         ),
         // The position table counts too (it was once allocated before any check).
         (
             "info --model {tmp}/long-context",
-            "the decoder's weights would need ",
+            "the decoder's weights, at least ",
         ),
         ("info --model {tmp}/list", "config.json: no model_type"),
         // Weights files that are not what they claim.

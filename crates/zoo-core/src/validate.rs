@@ -254,11 +254,13 @@ pub fn fits_in_memory(what: &str, values: f64, bytes_each: f64) -> Result {
 
 /// [`fits_in_memory`] for a transformer of `layers` layers of width `width` over
 /// `rows` rows of that width (the vocabulary, position and token-type tables, a patch
-/// projection): a lower bound of its f32 weights, the `rows × width` tables and, per
+/// projection): a lower bound of its parameters, the `rows × width` tables and, per
 /// layer, the query and output projections between `width` and the heads' total width
-/// `attn_width`, and two feed-forward matrices of `d_ff`. A lower bound, so that no
-/// model that fits is refused; formed in floats, so that no product of config values
-/// overflows.
+/// `attn_width`, and two feed-forward matrices of `d_ff`, at two bytes each (half
+/// precision, the least a model loads in). A lower bound, so that no model that fits in
+/// some float type is refused here; the loader checks the exact count in the chosen
+/// type ([`model_fits`]) before it allocates. Formed in floats, so that no product of
+/// config values overflows.
 ///
 /// # Errors
 /// As [`fits_in_memory`].
@@ -272,7 +274,42 @@ pub fn transformer_fits(
 ) -> Result {
     let (r, d, l, f) = (rows as f64, width as f64, layers as f64, d_ff as f64);
     let a = attn_width as f64;
-    fits_in_memory(what, r * d + l * (2.0 * d * a + 2.0 * d * f), 4.0)
+    let params = r * d + l * (2.0 * d * a + 2.0 * d * f);
+    fits_in_memory(
+        &format!(
+            "{what}, at least {} parameters in half precision,",
+            count(params)
+        ),
+        params,
+        2.0,
+    )
+}
+
+/// [`fits_in_memory`] for a built model's `params` parameters of `bytes_each` bytes (its
+/// float type, named `float`), checked before its weights are allocated: a model is
+/// built without initialising its parameters, so its count is known first.
+///
+/// # Errors
+/// As [`fits_in_memory`], naming the count and the type.
+pub fn model_fits(params: usize, float: &str, bytes_each: usize) -> Result {
+    fits_in_memory(
+        &format!(
+            "the model's {} parameters in {float}",
+            crate::thousands(params)
+        ),
+        params as f64,
+        bytes_each as f64,
+    )
+}
+
+/// A count formed in floats, with thousands separators while it is an integer that
+/// `usize` holds.
+fn count(n: f64) -> String {
+    if n.is_finite() && n >= 0.0 && n < usize::MAX as f64 {
+        crate::thousands(n as usize)
+    } else {
+        format!("{n:e}")
+    }
 }
 
 #[cfg(test)]
@@ -311,6 +348,21 @@ mod tests {
             );
         }
         assert!(fits_in_memory("x", f64::INFINITY, 4.0).is_err());
+        if memory_limit().is_some() {
+            let e = model_fits(usize::MAX / 8, "f32", 4)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(
+                    "the model's 2,305,843,009,213,693,951 parameters in f32 would need \
+                     8589934592.0 GiB, more than the "
+                ),
+                "{e}"
+            );
+            assert!(model_fits(1_000, "bf16", 2).is_ok());
+        }
+        let e = transformer_fits("w", usize::MAX, usize::MAX, 1, 1, 1).unwrap_err();
+        assert!(e.to_string().starts_with("w, at least "), "{e}");
         assert_eq!(
             divisible(("hidden_size", 380), ("num_attention_heads", 12))
                 .unwrap_err()

@@ -51,7 +51,11 @@ impl<L: Layer> CausalLm for DecoderLm<L> {
             .sum();
         let len = lens.iter().copied().max().unwrap_or(0);
         let what = format!("a key-value cache of {batch} rows of up to {len} positions");
-        zoo_core::validate::fits_in_memory(&what, batch as f64 * per_row, 4.0)
+        // In the model's float type: half the bytes in f16 or bf16.
+        let bytes = burn::module::Module::devices(self).first().map_or(4, |d| {
+            burn::tensor::DType::from(d.settings().float_dtype).size()
+        });
+        zoo_core::validate::fits_in_memory(&what, batch as f64 * per_row, bytes as f64)
             .map_err(DecoderError::from)?;
         Ok(DecoderLm::<L>::new_cache(self))
     }

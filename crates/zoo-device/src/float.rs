@@ -9,7 +9,7 @@ use burn::tensor::{Device, FloatDType};
 use crate::{BackendName, DeviceError};
 
 /// The float type of a model's weights and activations on a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum FloatType {
     /// 32-bit IEEE floats, Burn's default and the only type of ndarray.
     #[default]

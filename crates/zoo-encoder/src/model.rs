@@ -90,11 +90,15 @@ impl BertLayer {
             input = input.with_weights();
         }
         let out = self.attention.forward(input)?;
-        let h = self
-            .attention_norm
-            .forward(x + zoo_attention::dropout(&self.dropout, out.context));
+        let h = zoo_attention::layer_norm(
+            &self.attention_norm,
+            x + zoo_attention::dropout(&self.dropout, out.context),
+        );
         let f = self.mlp.forward(h.clone());
-        Ok((self.output_norm.forward(h + f), out.weights))
+        Ok((
+            zoo_attention::layer_norm(&self.output_norm, h + f),
+            out.weights,
+        ))
     }
 }
 
@@ -394,7 +398,7 @@ impl BertModel {
                 .unwrap_or_else(|| Tensor::zeros([b, t], &device));
             x = x + table.forward(types);
         }
-        let mut h = zoo_attention::dropout(&e.dropout, e.layer_norm.forward(x));
+        let mut h = zoo_attention::dropout(&e.dropout, zoo_attention::layer_norm(&e.layer_norm, x));
         let mut attentions = Vec::new();
         for layer in &self.layers {
             let (next, weights) =
@@ -481,9 +485,10 @@ impl BertForMaskedLm {
     /// The masked-LM head on hidden states `[N, H]`: transform, then the decoder tied to
     /// the word embedding, plus its bias: `[N, V]`.
     fn head(&self, h: Tensor<2>) -> Tensor<2> {
-        let h = self
-            .transform_norm
-            .forward(self.act.apply(self.transform.forward(h)));
+        let h = zoo_attention::layer_norm(
+            &self.transform_norm,
+            self.act.apply(self.transform.forward(h)),
+        );
         // [N, H] x [H, V], the word embedding's transposed view (no copy of the table).
         let w = self.bert.embeddings.word_embeddings.weight.val();
         let v = self.bert.vocab_size();

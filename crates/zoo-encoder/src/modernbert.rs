@@ -478,7 +478,7 @@ impl ModernBertModel {
             .named("max_position_embeddings")
             .check_tensor("input_ids", &ids, 0)?;
         let e = &self.embeddings;
-        let x = e.norm.forward(e.tok_embeddings.forward(ids));
+        let x = zoo_attention::layer_norm(&e.norm, e.tok_embeddings.forward(ids));
         let mut x = zoo_attention::dropout(&e.drop, x);
         let mut input = BlockInput::new(x.clone());
         if let Some(pad) = padding {
@@ -487,7 +487,7 @@ impl ModernBertModel {
         for layer in &self.layers {
             x = layer.forward(input.over(x))?.hidden;
         }
-        Ok(self.final_norm.forward(x))
+        Ok(zoo_attention::layer_norm(&self.final_norm, x))
     }
 }
 
@@ -515,7 +515,7 @@ impl PredictionHead {
     }
 
     fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        self.norm.forward(self.act.apply(self.dense.forward(x)))
+        zoo_attention::layer_norm(&self.norm, self.act.apply(self.dense.forward(x)))
     }
 }
 

@@ -222,7 +222,7 @@ impl MarianMtModel {
                 };
                 let from = offset + MarianVariant::POSITION_OFFSET;
                 let rows = table.weight.val().slice([from..from + t, 0..d]);
-                Ok(norm.forward(x + rows.unsqueeze::<3>()))
+                Ok(zoo_attention::layer_norm(norm, x + rows.unsqueeze::<3>()))
             }
         }
     }
@@ -231,7 +231,7 @@ impl MarianMtModel {
     fn final_norm(&self, h: Tensor<3>, stack: usize) -> Tensor<3> {
         match &self.frame {
             Frame::Learned(frame) => match frame.final_norms.get(stack) {
-                Some(norm) => norm.forward(h),
+                Some(norm) => zoo_attention::layer_norm(norm, h),
                 None => h,
             },
             Frame::Sinusoidal(_) => h,

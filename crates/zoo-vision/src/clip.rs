@@ -533,7 +533,7 @@ impl ClipTextTransformer {
         for layer in &self.layers {
             x = layer.forward(input.over(x))?.hidden;
         }
-        let hidden = self.final_layer_norm.forward(x);
+        let hidden = zoo_attention::layer_norm(&self.final_layer_norm, x);
         let pooled = gather_rows(hidden.clone(), &eos_positions(&host, t, cfg.eos_token_id));
         Ok(TowerOutput {
             last_hidden_state: hidden,
@@ -600,13 +600,14 @@ impl ClipVisionTransformer {
         let class = e.class_embedding.val().reshape([1, 1, d]).expand([b, 1, d]);
         let table = e.position_embedding.weight.val().unsqueeze_dim::<3>(0);
         let x = Tensor::cat(vec![class, patches], 1) + resample_positions(table, 1, gh, gw);
-        let mut x = self.pre_layrnorm.forward(x);
+        let mut x = zoo_attention::layer_norm(&self.pre_layrnorm, x);
         for layer in &self.layers {
             x = layer.forward(BlockInput::new(x))?.hidden;
         }
-        let pooled = self
-            .post_layernorm
-            .forward(x.clone().narrow(1, 0, 1).reshape([b, d]));
+        let pooled = zoo_attention::layer_norm(
+            &self.post_layernorm,
+            x.clone().narrow(1, 0, 1).reshape([b, d]),
+        );
         Ok(TowerOutput {
             last_hidden_state: x,
             pooler_output: pooled,

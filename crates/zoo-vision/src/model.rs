@@ -264,7 +264,7 @@ impl ViTModel {
             x = out.hidden;
             attentions.extend(out.self_weights);
         }
-        let hidden = self.layernorm.forward(x);
+        let hidden = zoo_attention::layer_norm(&self.layernorm, x);
         let pooler_output = self.pooler.as_ref().map(|p| p.forward(hidden.clone()));
         Ok(ViTOutput {
             last_hidden_state: hidden,

@@ -40,6 +40,15 @@ pub enum CheckpointError {
         /// The folder.
         dir: PathBuf,
     },
+    /// A model whose weights cannot fit in this machine's memory in the chosen float
+    /// type, found before they are allocated.
+    #[error("{}: {message}", path.display())]
+    TooLarge {
+        /// The weights file.
+        path: PathBuf,
+        /// The parameters, the bytes, and the memory there is.
+        message: String,
+    },
     /// Tensors that do not fit the model.
     #[error("{}: {report}", path.display())]
     Tensors {

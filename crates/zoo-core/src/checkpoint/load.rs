@@ -74,13 +74,14 @@ fn load<M: Module>(
             })?;
         }
     }
-    let snapshots = module.collect(None, None, true);
-    // The float type the module's parameters were made in: the device's default.
-    let target = snapshots
-        .iter()
-        .map(|t| t.dtype)
-        .find(|d| matches!(d, DType::F32 | DType::F16 | DType::BF16))
-        .unwrap_or(DType::F32);
+    // The parameters' paths and shapes, read without initialising them: a model built
+    // for loading holds no random weights, so loading takes one copy of the weights.
+    let shapes = LazyShapes::of(module);
+    // The float type the module's parameters are made in: the device's default.
+    let target = devices
+        .first()
+        .and_then(zoo_device::FloatType::of)
+        .map_or(DType::F32, |f| f.dtype().into());
     let kept: Vec<PackTensor> = tensors
         .into_values()
         .filter(|t| {
@@ -106,11 +107,16 @@ fn load<M: Module>(
             .cloned()
             .unwrap_or_else(|| map.checkpoint_name(module_path))
     };
-    let model_shapes: BTreeMap<String, Vec<usize>> = snapshots
-        .into_iter()
-        .map(|t| (t.name.clone(), t.shape.to_vec()))
-        .collect();
+    let model_shapes = shapes.0;
 
+    if whole && let Some(float) = devices.first().and_then(zoo_device::FloatType::of) {
+        crate::validate::model_fits(module.num_params(), float.as_str(), float.bytes()).map_err(
+            |e| CheckpointError::TooLarge {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            },
+        )?;
+    }
     let adapter = map.adapter(Direction::ToBurn);
     let result = module.apply(renamed, None, Some(Box::new(adapter)), true);
 
@@ -152,6 +158,57 @@ fn load<M: Module>(
     }
 }
 
+/// Every parameter's path (enum variants left out, as the loader names them) and shape,
+/// from `Param::lazy_shape`: nothing is initialised or read.
+struct LazyShapes(BTreeMap<String, Vec<usize>>, Vec<String>);
+
+impl LazyShapes {
+    fn of<M: Module>(module: &M) -> Self {
+        let mut shapes = Self(BTreeMap::new(), Vec::new());
+        module.visit(&mut shapes);
+        shapes
+    }
+
+    fn add(&mut self, shape: burn::tensor::Shape) {
+        self.0.insert(self.1.join("."), shape.to_vec());
+    }
+}
+
+impl burn::module::ModuleVisitor for LazyShapes {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        if !container_type.starts_with("Enum:") {
+            self.1.push(name.to_string());
+        }
+    }
+
+    fn exit_module(&mut self, _name: &str, container_type: &str) {
+        if !container_type.starts_with("Enum:") {
+            self.1.pop();
+        }
+    }
+
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D>>,
+    ) {
+        self.add(param.lazy_shape());
+    }
+
+    fn visit_int<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D, burn::tensor::Int>>,
+    ) {
+        self.add(param.lazy_shape());
+    }
+
+    fn visit_bool<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D, burn::tensor::Bool>>,
+    ) {
+        self.add(param.lazy_shape());
+    }
+}
+
 /// Loads the weights file of `dir` into `module` through `map`; see [`load_tensors`].
 ///
 /// # Errors
@@ -164,4 +221,46 @@ pub fn load_into<M: Module>(
     let file = WeightsFile::find(dir)?;
     let tensors = file.tensors()?;
     load_tensors(module, tensors, map, file.path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::LinearConfig;
+    use zoo_device::test_device;
+    use zoo_device::testing::floats;
+
+    /// Loading reads the model's shapes without initialising its parameters, so a model
+    /// built for loading never holds random weights beside the loaded ones; Burn's
+    /// snapshot (`collect`), the control, initialises them.
+    #[test]
+    fn loading_reads_shapes_without_initialising_parameters() {
+        let device = test_device();
+        let mut model = LinearConfig::new(3, 2).init(&device);
+        let shapes = LazyShapes::of(&model);
+        assert_eq!(
+            shapes.0,
+            BTreeMap::from([
+                ("bias".to_string(), vec![2]),
+                ("weight".to_string(), vec![3, 2]),
+            ])
+        );
+        assert!(!model.weight.is_initialized());
+        let source = LinearConfig::new(3, 2).init(&device);
+        let map = KeyMap::new();
+        let to_hf = map.adapter(Direction::ToPytorch);
+        let tensors: BTreeMap<String, PackTensor> = source
+            .collect(None, Some(Box::new(to_hf)), true)
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        assert!(source.weight.is_initialized(), "collect initialises");
+        let loaded = load_tensors(&mut model, tensors, &map, Path::new("m")).unwrap();
+        assert_eq!(loaded, ["bias", "weight"]);
+        assert_eq!(floats(model.weight.val()), floats(source.weight.val()));
+        assert_eq!(
+            floats(model.bias.unwrap().val()),
+            floats(source.bias.unwrap().val())
+        );
+    }
 }

@@ -180,6 +180,37 @@ impl WeightsFile {
     }
 }
 
+impl WeightsFile {
+    /// The float type the file stores its weights in, read from its headers: the type of
+    /// its floating-point tensors, f32 where they mix types (f16 and bf16, or half and
+    /// f32) or where there are none. Quantized tensors do not count: a folder that `zoo
+    /// quantize` wrote stores the rest in the type it computed in.
+    ///
+    /// This is the type a checkpoint runs in unless asked otherwise: select the device
+    /// with it (`zoo_device::select_as(backend, 0, file.stored_float()?)`), falling back
+    /// to f32 on a backend that lacks it.
+    ///
+    /// # Errors
+    /// As [`Self::tensors`].
+    pub fn stored_float(&self) -> Result<zoo_device::FloatType, CheckpointError> {
+        use zoo_device::FloatType;
+        let types: std::collections::BTreeSet<FloatType> = self
+            .tensors()?
+            .values()
+            .filter_map(|t| match t.dtype {
+                DType::F16 => Some(FloatType::F16),
+                DType::BF16 => Some(FloatType::BF16),
+                DType::F32 | DType::F64 => Some(FloatType::F32),
+                _ => None,
+            })
+            .collect();
+        Ok(match types.len() {
+            1 => types.into_iter().next().unwrap_or_default(),
+            _ => FloatType::F32,
+        })
+    }
+}
+
 /// The tensors of a sharded safetensors checkpoint: every shard the index's `weight_map`
 /// names is read once, and every tensor it lists must be in its shard.
 fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {

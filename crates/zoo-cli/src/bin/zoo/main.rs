@@ -92,13 +92,10 @@ struct Cli {
     device: String,
     /// Float type the model computes in: f32, or half precision, f16 or bf16 (flex, wgpu,
     /// tch, cuda; ndarray has f32 only). Stored weights are cast to it as they load.
-    #[arg(
-        long,
-        global = true,
-        default_value = "f32",
-        value_name = "f32|f16|bf16"
-    )]
-    dtype: String,
+    /// Default: the type the checkpoint stores its weights in, or f32 where the backend
+    /// lacks it (a note says so); zoo train and zoo merge compute in f32.
+    #[arg(long, global = true, value_name = "f32|f16|bf16")]
+    dtype: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -400,23 +397,7 @@ fn main() -> ExitCode {
 /// be, with a progress bar per file (see `zoo_hub::hub`). Anything else is left for the
 /// command, which reports a missing folder.
 fn locate_model(command: &mut Command) -> Result<()> {
-    let model = match command {
-        Command::Info { model, .. }
-        | Command::Forward { model, .. }
-        | Command::Classify { model, .. }
-        | Command::Merge { model, .. }
-        | Command::Quantize { model, .. }
-        | Command::Embed { model, .. }
-        | Command::Tokenize { model, .. }
-        | Command::FillMask { model, .. }
-        | Command::ZeroShotImage { model, .. }
-        | Command::Ner { model, .. } => model,
-        Command::Qa(args) => &mut args.model,
-        Command::Generate(args) => &mut args.model,
-        Command::Chat(args) => &mut args.model,
-        Command::Translate(args) => &mut args.model,
-        Command::Train(args) => &mut args.model,
-    };
+    let model = command.model_mut();
     if let Some(id) = model.to_str().filter(|id| hub::is_repo_id(id))
         && !model.exists()
     {
@@ -425,17 +406,79 @@ fn locate_model(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
+impl Command {
+    /// The `--model` of the command.
+    fn model_mut(&mut self) -> &mut PathBuf {
+        match self {
+            Command::Info { model, .. }
+            | Command::Forward { model, .. }
+            | Command::Classify { model, .. }
+            | Command::Merge { model, .. }
+            | Command::Quantize { model, .. }
+            | Command::Embed { model, .. }
+            | Command::Tokenize { model, .. }
+            | Command::FillMask { model, .. }
+            | Command::ZeroShotImage { model, .. }
+            | Command::Ner { model, .. } => model,
+            Command::Qa(args) => &mut args.model,
+            Command::Generate(args) => &mut args.model,
+            Command::Chat(args) => &mut args.model,
+            Command::Translate(args) => &mut args.model,
+            Command::Train(args) => &mut args.model,
+        }
+    }
+}
+
+/// The float type to compute in when `--dtype` is not given: the type the checkpoint
+/// stores (`WeightsFile::stored_float`), when `backend` computes in it; f32 otherwise,
+/// with a note. zoo train and zoo merge compute in f32, and a folder whose weights cannot
+/// be read gets f32 here and its error from the command.
+fn stored_float(command: &mut Command, backend: &str) -> FloatType {
+    if matches!(
+        command,
+        Command::Train(_) | Command::Merge { .. } | Command::Tokenize { .. }
+    ) {
+        return FloatType::F32;
+    }
+    let Ok(stored) = WeightsFile::find(command.model_mut()).and_then(|f| f.stored_float()) else {
+        return FloatType::F32;
+    };
+    if stored == FloatType::F32 {
+        return stored;
+    }
+    match zoo_device::select_by_name_as(backend, stored) {
+        Ok(_) => stored,
+        Err(zoo_device::DeviceError::Float { backend, .. }) => {
+            eprintln!(
+                "note: the checkpoint stores {stored} weights, which backend '{backend}' cannot \
+                 compute in here; computing in f32 (--dtype sets the type)"
+            );
+            FloatType::F32
+        }
+        // An unknown or missing backend: the command reports it.
+        Err(_) => FloatType::F32,
+    }
+}
+
 fn run(mut cli: Cli) -> Result<()> {
-    let float: FloatType = cli
+    let asked: Option<FloatType> = cli
         .dtype
-        .parse()
+        .as_deref()
+        .map(str::parse)
+        .transpose()
         .map_err(|e: zoo_device::UnknownFloatType| CliError::Input(e.to_string()))?;
-    if float != FloatType::F32 && matches!(cli.command, Command::Train(_) | Command::Merge { .. }) {
+    if let Some(float) = asked.filter(|f| *f != FloatType::F32)
+        && matches!(cli.command, Command::Train(_) | Command::Merge { .. })
+    {
         return Err(CliError::Input(format!(
             "--dtype {float} is for running a model; zoo train and zoo merge compute in f32"
         )));
     }
     locate_model(&mut cli.command)?;
+    let float = match asked {
+        Some(float) => float,
+        None => stored_float(&mut cli.command, &cli.device),
+    };
     let device = || -> Result<Device> { Ok(zoo_device::select_by_name_as(&cli.device, float)?) };
     match cli.command {
         Command::Info { model, check } => info(&model, check, &device()?),

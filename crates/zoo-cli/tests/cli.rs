@@ -41,6 +41,21 @@ fn shape(v: &Value) -> Vec<usize> {
     }
 }
 
+/// `zoo COMMAND --model MODEL --input INPUT --output OUTPUT EXTRA...`.
+fn zoo_io(command: &str, model: &Path, input: &Path, output: &Path, extra: &[&str]) -> Run {
+    let mut args = vec![
+        command,
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    zoo(&args)
+}
+
 /// Runs `forward` on `input` and checks each named output against `expected.json`'s.
 /// `zoo COMMAND --model DIR --input in.json --output out.json` on `input`, in a fresh
 /// folder that is removed after: the run and the output file.
@@ -51,15 +66,8 @@ fn run_on_json(command: &str, dir: &Path, input: &Value) -> (Run, Value) {
     ));
     let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
     std::fs::write(&inp, input.to_string()).unwrap();
-    let run = ok(&[
-        command,
-        "--model",
-        dir.to_str().unwrap(),
-        "--input",
-        inp.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let run = zoo_io(command, dir, &inp, &out, &[]);
+    assert_eq!(run.status, Some(0), "{command} failed:\n{}", run.stderr);
     let got = read_json(&out);
     std::fs::remove_dir_all(&tmp).unwrap();
     (run, got)
@@ -1471,17 +1479,8 @@ fn a_checkpoint_computes_in_its_stored_type_unless_asked() {
     std::fs::write(&inp, json!({"input_ids": e["input_ids"]}).to_string()).unwrap();
     let forward = |tag: &str, dtype: &[&str]| -> (Run, Vec<f32>) {
         let out = tmp.join(format!("{tag}.json"));
-        let mut args = vec![
-            "forward",
-            "--model",
-            dir.to_str().unwrap(),
-            "--input",
-            inp.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(dtype);
-        let run = ok(&args);
+        let run = zoo_io("forward", &dir, &inp, &out, dtype);
+        assert_eq!(run.status, Some(0), "{}", run.stderr);
         (run, flat(&read_json(&out)["logits"]))
     };
     let (run, stored) = forward("stored", &[]);
@@ -1548,18 +1547,7 @@ fn quantize_at_load_time_keeps_minilm_and_reports_what_it_did() {
     let tmp = tempdir("quantize-embed");
     let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
     std::fs::write(&inp, json!({"sentences": e["sentences"]}).to_string()).unwrap();
-    let args = [
-        "embed",
-        "--model",
-        minilm.to_str().unwrap(),
-        "--input",
-        inp.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--quantize",
-        "q8",
-    ];
-    let run = zoo(&args);
+    let run = zoo_io("embed", &minilm, &inp, &out, &["--quantize", "q8"]);
     if matches!(test_backend(), BackendName::Tch | BackendName::TchCuda) {
         assert_eq!(run.status, Some(1));
         assert!(
@@ -1640,18 +1628,7 @@ fn half_precision_embeds_minilm_near_f32_and_ndarray_refuses() {
     let tmp = tempdir("half-embed");
     let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
     std::fs::write(&inp, json!({"sentences": e["sentences"]}).to_string()).unwrap();
-    let args = [
-        "embed",
-        "--model",
-        minilm.to_str().unwrap(),
-        "--input",
-        inp.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-        "--dtype",
-        "f16",
-    ];
-    let run = zoo(&args);
+    let run = zoo_io("embed", &minilm, &inp, &out, &["--dtype", "f16"]);
     if test_backend() == BackendName::NdArray {
         assert_eq!(run.status, Some(1));
         assert!(
@@ -1732,17 +1709,7 @@ fn quantize_writes_a_folder_that_embed_loads_as_quantize_at_load_time() {
     let ratio = (full - bpk) as f64 / saved;
     assert!((0.99..1.01).contains(&ratio), "{bpk} bytes against {full}");
     let embed = |model: &Path, out: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "embed",
-            "--model",
-            model.to_str().unwrap(),
-            "--input",
-            inp.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let run = zoo(&args);
+        let run = zoo_io("embed", model, &inp, out, extra);
         assert_eq!(run.status, Some(0), "{}", run.stderr);
         flat(&read_json(out)["embeddings"])
     };

@@ -217,6 +217,105 @@ fn classification_learns_labels_that_classify_then_names() {
     std::fs::remove_dir_all(tmp).unwrap();
 }
 
+/// `--lora-rank` on a classifier: over RoBERTa's base fixture, which has no head, the
+/// adapter on `query` and `value` trains with a new head beside it (PEFT's
+/// `modules_to_save`: `classifier`, which is RoBERTa's `dense` and `out_proj`), and is
+/// written alone with the data's label names. `classify --adapter` over the base reads
+/// it and labels the validation rows; `zoo merge` folds it into a whole classifier whose
+/// logits equal the adapter's.
+#[test]
+fn classification_lora_trains_an_adapter_and_its_head() {
+    let tmp = tempdir("train-cls-lora");
+    let (train_csv, valid_csv) = (tmp.join("train.csv"), tmp.join("valid.csv"));
+    let labels = [("merry", "pos"), ("death", "neg")];
+    labelled_csv(&train_csv, 120, labels, 0);
+    labelled_csv(&valid_csv, 30, labels, 1);
+    let base = fixture("zoo-encoder", "roberta-tiny");
+    let adapter = tmp.join("adapter");
+    let run = train(
+        &base,
+        "classification",
+        &train_csv,
+        &adapter,
+        &[
+            "--valid",
+            path(&valid_csv),
+            "--epochs",
+            "4",
+            "--lr",
+            "1e-2",
+            "--batch-size",
+            "8",
+            "--max-len",
+            "16",
+            "--lora-rank",
+            "4",
+        ],
+    );
+    // Rank 4 on two 40 x 40 matrices in each of two layers, and the head whole:
+    // dense 40 x 40 + 40, out_proj 40 x 2 + 2.
+    let (trained, all) = trained_of(&run.stdout);
+    assert_eq!(trained, 2 * 2 * 4 * (40 + 40) + (40 * 40 + 40) + (40 * 2 + 2));
+    assert!(all > 10 * trained, "{trained} of {all}");
+    let accuracy = metrics(&adapter).last().unwrap()["valid_accuracy"];
+    assert!(accuracy >= 90.0, "valid accuracy {accuracy}");
+    let config = read_json(&adapter.join("adapter_config.json"));
+    assert_eq!(config["task_type"], "SEQ_CLS");
+    assert_eq!(config["modules_to_save"], serde_json::json!(["classifier"]));
+    assert_eq!(config["target_modules"], serde_json::json!(["query", "value"]));
+    assert_eq!(
+        read_json(&adapter.join("id2label.json")),
+        serde_json::json!({"0": "neg", "1": "pos"})
+    );
+    assert!(!adapter.join("config.json").exists());
+
+    let top = |args: &[&str], text: &str| {
+        let mut argv = vec!["classify"];
+        argv.extend(args);
+        argv.extend(["--text", text, "--top", "1"]);
+        let run = ok(&argv);
+        run.stdout.split_whitespace().nth(1).unwrap().to_string()
+    };
+    let merged = tmp.join("merged");
+    ok(&[
+        "merge",
+        "--model",
+        path(&base),
+        "--adapter",
+        path(&adapter),
+        "--output",
+        path(&merged),
+    ]);
+    saved_as(
+        &merged,
+        "RobertaForSequenceClassification",
+        Some(serde_json::json!({"0": "neg", "1": "pos"})),
+    );
+    let rows = std::fs::read_to_string(&valid_csv).unwrap();
+    let adapted = ["--model", path(&base), "--adapter", path(&adapter)];
+    for (word, label) in labels {
+        let line = rows.lines().find(|l| l.contains(word)).unwrap();
+        let text = line.rsplit_once(',').unwrap().0.trim_matches('"');
+        assert_eq!(top(&adapted, text), label, "{text}");
+        assert_eq!(top(&["--model", path(&merged)], text), label, "{text}");
+    }
+    let input = tmp.join("in.json");
+    std::fs::write(&input, r#"{"input_ids": [[0, 5, 6, 7, 8, 2]]}"#).unwrap();
+    let logits = |extra: &[&str], name: &str| {
+        let out = tmp.join(name);
+        let mut argv = vec!["forward", "--input", path(&input), "--output", path(&out)];
+        argv.extend(extra);
+        ok(&argv);
+        flat(&read_json(&out)["logits"])
+    };
+    let a = logits(&adapted, "a.json");
+    let m = logits(&["--model", path(&merged)], "m.json");
+    assert_eq!(a.len(), 2);
+    let d = a.iter().zip(&m).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+    assert!(d < 1e-4, "adapter and merged logits differ by {d}");
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
 #[test]
 fn token_classification_tags_each_word() {
     let tmp = tempdir("train-tokens");

@@ -19,7 +19,7 @@ use burn::tensor::Device;
 use serde_json::Value;
 use zoo_attention::PoolerActivation;
 use zoo_core::CheckpointError;
-use zoo_core::checkpoint::{self, KeyMap, WeightsFile};
+use zoo_core::checkpoint::{self, KeyMap, WeightsFile, peft};
 
 use crate::config::BertConfig;
 use crate::error::Result;
@@ -406,6 +406,79 @@ macro_rules! classifier_checkpoint {
             }
         }
     )*};
+}
+
+impl BertForSequenceClassification {
+    /// The checkpoint names of this classifier's parameters (its layout's), as adapters
+    /// and checkpoints name them.
+    pub fn key_map(&self) -> KeyMap {
+        Target::SequenceClassification.key_map(layout(self.bert.config().model_type.as_deref()))
+    }
+
+    /// Loads `dir` with the PEFT adapter of `adapter` folded in. A classifier checkpoint
+    /// whose class count is the adapter head's loads as it is; an encoder without such a
+    /// head (a base checkpoint, or a classifier of other labels) gets a new one of the
+    /// size of the head that the adapter saves whole, named by the adapter's
+    /// [`peft::LABELS_FILE`] or, without one, HF's `LABEL_i`.
+    ///
+    /// # Errors
+    /// What loading `dir` or the adapter reports; an adapter that saves no head over a
+    /// base that has none.
+    pub fn from_pretrained_adapted(
+        dir: impl AsRef<Path>,
+        adapter: &Path,
+        device: &Device,
+    ) -> std::result::Result<Self, zoo_core::ModelError> {
+        let dir = dir.as_ref();
+        let head = saved_head(adapter).map_err(zoo_core::ModelError::new)?;
+        let model = match Self::from_pretrained(dir, device) {
+            Ok(m) if head.as_ref().is_none_or(|(n, _)| *n == m.classifier.weight.dims()[1]) => m,
+            whole => {
+                let base = BertModel::from_pretrained(dir, device).map_err(zoo_core::ModelError::new)?;
+                let Some((n, names)) = head else {
+                    let e = whole.err().map_or_else(
+                        || "its head does not fit".to_string(),
+                        |e| e.to_string(),
+                    );
+                    return Err(zoo_core::ModelError::new(CheckpointError::Config {
+                        path: adapter.join(peft::CONFIG_FILE),
+                        message: format!(
+                            "the adapter saves no classifier head and {} is no classifier \
+                             to put it on ({e})",
+                            dir.display()
+                        ),
+                    }));
+                };
+                let mut model = Self::from_encoder(base, n, device).map_err(zoo_core::ModelError::new)?;
+                model.bert.set_labels(&names);
+                model
+            }
+        };
+        model.with_adapter(adapter)
+    }
+}
+
+/// The class count and names of the classifier head that the adapter in `dir` saves
+/// whole: its `id2label.json`, or, without one, the rows of its `classifier.weight`
+/// (RoBERTa's `classifier.out_proj.weight`), named `LABEL_i`. `None` when it saves no
+/// head.
+fn saved_head(dir: &Path) -> std::result::Result<Option<(usize, Vec<String>)>, CheckpointError> {
+    let config = peft::read_adapter_config(dir)?;
+    if let Some(names) = config.labels {
+        return Ok(Some((names.len(), names)));
+    }
+    if config.saved_modules().map_or(true, |m| m.is_empty()) {
+        return Ok(None);
+    }
+    let tensors = WeightsFile::Safetensors(dir.join(peft::WEIGHTS_FILE)).tensors()?;
+    let out = ["classifier.weight", "classifier.out_proj.weight"]
+        .iter()
+        .find_map(|name| tensors.get(&format!("base_model.model.{name}")))
+        .map(|t| t.shape[0]);
+    Ok(out.map(|n| {
+        let names = checkpoint::labels(Some(&checkpoint::default_id2label(n)));
+        (n, names)
+    }))
 }
 
 classifier_checkpoint!(

@@ -227,9 +227,7 @@ fn load_adapted_sequence_classifier(
     adapter: &Path,
     device: &Device,
 ) -> Result<Box<dyn Pretrained>, ModelError> {
-    let model = BertForSequenceClassification::from_pretrained(dir, device)
-        .map_err(ModelError::new)?
-        .with_adapter(adapter)?;
+    let model = BertForSequenceClassification::from_pretrained_adapted(dir, adapter, device)?;
     Ok(Box::new(TextClassifier {
         model,
         dir: dir.to_path_buf(),

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::Deserialize;
 use zoo_core::WeightsFile;
+use zoo_core::checkpoint::peft;
 use zoo_device::test_device;
 use zoo_device::testing::{floats, max_abs_diff_slices};
 use zoo_encoder::roberta::{
@@ -361,6 +362,38 @@ fn a_peft_classification_adapter_with_its_saved_head_matches_peft() {
         &e.merged_logits,
     );
     assert!(d <= 1e-4, "merged logits: {d}");
+
+    // Written back with the adapter attached: the factors and the saved head under
+    // peft's names, shapes and values, bit for bit (its `modules_to_save` also lists
+    // `score`, which RoBERTa lacks and PEFT skips).
+    let base =
+        RobertaForSequenceClassification::from_pretrained(fixture("roberta-tiny-cls"), &device)
+            .unwrap();
+    let map = base.key_map();
+    let attached = peft::load_adapter(base, &map, &adapter).unwrap();
+    let cfg = peft::read_adapter_config(&adapter).unwrap();
+    let out = tempdir("cls-lora-saved");
+    peft::save_adapter(&attached, &map, &cfg, &out).unwrap();
+    let contents = |d: &Path| {
+        WeightsFile::Safetensors(d.join(peft::WEIGHTS_FILE))
+            .contents()
+            .unwrap()
+    };
+    let (saved, written) = (contents(&out), contents(&adapter));
+    assert_eq!(saved.len(), 12);
+    assert!(saved == written, "the saved adapter differs from peft's");
+    // Without its head in modules_to_save, the head is not written (a control).
+    let mut bare = cfg.clone();
+    bare.modules_to_save = None;
+    peft::save_adapter(&attached, &map, &bare, &out).unwrap();
+    assert_eq!(contents(&out).len(), 8);
+    // A list that names nothing of the model is refused.
+    bare.modules_to_save = Some(serde_json::json!(["score"]));
+    let e = peft::save_adapter(&attached, &map, &bare, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("none of which is a module of this model"), "{e}");
+    std::fs::remove_dir_all(out).unwrap();
 
     let dir = tempdir("cls-lora-no-head");
     std::fs::copy(

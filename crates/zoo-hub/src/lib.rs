@@ -205,12 +205,27 @@ impl Detected {
     }
 
     /// Loads the weights onto `device` with the PEFT LoRA adapter of the folder `adapter`
-    /// folded into them, as PEFT's `merge_and_unload` does.
+    /// folded into them, as PEFT's `merge_and_unload` does. A sequence-classification
+    /// adapter (`task_type` `SEQ_CLS`) over a base checkpoint runs on its `model_type`'s
+    /// sequence classifier, as PEFT runs it on the classifier class a user picks.
     ///
     /// # Errors
     /// An architecture whose family does not read adapters (those that do are named), a
     /// missing adapter folder, and what [`Self::load`] and the adapter's reader report.
-    pub fn load_adapted(self, adapter: &Path, device: &Device) -> Result<AutoModel> {
+    pub fn load_adapted(mut self, adapter: &Path, device: &Device) -> Result<AutoModel> {
+        let task = checkpoint::peft::read_adapter_config(adapter)
+            .ok()
+            .and_then(|c| c.task_type);
+        if self.architecture.load_adapted.is_none()
+            && task.as_deref() == Some("SEQ_CLS")
+            && let Some(row) = architectures().find(|a| {
+                a.model_type == self.architecture.model_type
+                    && a.serves(Task::Classify)
+                    && a.load_adapted.is_some()
+            })
+        {
+            self.architecture = row;
+        }
         let Some(load) = self.architecture.load_adapted else {
             // The causal LMs by model type; the other architectures by name.
             let mut lms: Vec<&str> = Vec::new();

@@ -8,8 +8,10 @@
 //! transpose of `a`) and `...lora_B.weight` `[out, r]` (the transpose of `b`), beside an
 //! `adapter_config.json`.
 //!
-//! What PEFT can write and this reader cannot run (rsLoRA, DoRA, per-layer ranks,
-//! trained biases, whole modules saved beside the adapter) is refused by name.
+//! Modules trained whole beside the adapter (PEFT's `modules_to_save`: a classifier
+//! head) are written and read under their checkpoint names with the same prefix
+//! (`base_model.model.classifier.weight`). What PEFT can write and this reader cannot run
+//! (rsLoRA, DoRA, per-layer ranks, trained biases) is refused by name.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +31,10 @@ use crate::durable::{self, partial_path};
 pub const CONFIG_FILE: &str = "adapter_config.json";
 /// `adapter_model.safetensors`.
 pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+/// `id2label.json`: the class names of a classifier head that the adapter saves whole,
+/// as `config.json`'s `id2label` holds them, written by the zoo beside an adapter whose
+/// head is new (PEFT keeps no labels; transformers takes these as `id2label=`).
+pub const LABELS_FILE: &str = "id2label.json";
 
 /// The fields of PEFT's `adapter_config.json` that the zoo reads and writes; others are
 /// kept as they are.
@@ -82,6 +88,10 @@ pub struct AdapterConfig {
     /// Every other field, kept.
     #[serde(flatten)]
     pub other: serde_json::Map<String, Value>,
+    /// The class names of the head saved whole, by class id, kept in [`LABELS_FILE`]
+    /// beside the config rather than in it.
+    #[serde(skip)]
+    pub labels: Option<Vec<String>>,
 }
 
 fn bias_none() -> String {
@@ -110,6 +120,7 @@ impl AdapterConfig {
             base_model_name_or_path: None,
             inference_mode: true,
             other: serde_json::Map::new(),
+            labels: None,
         }
     }
 
@@ -510,11 +521,14 @@ fn transposed(data: TensorData) -> Result<(Vec<f32>, [usize; 2]), String> {
 }
 
 /// Writes the LoRA factors of `model` (after [`apply_lora`]) in PEFT's format to `dir`:
-/// `adapter_model.safetensors` and `adapter_config.json` from `config`. Both files are
-/// written under temporary names, synced, then renamed into place.
+/// `adapter_model.safetensors` and `adapter_config.json` from `config`. The modules
+/// that `config.modules_to_save` names (a classifier head trained whole) are written
+/// beside the factors, in HF's layout under their checkpoint names with PEFT's prefix.
+/// Both files are written under temporary names, synced, then renamed into place.
 ///
 /// # Errors
-/// A model without adapters, or a folder that cannot be written.
+/// A model without adapters, a `modules_to_save` of which no entry names a module of
+/// the model, or a folder that cannot be written.
 pub fn save_adapter<M: Module>(
     model: &M,
     map: &KeyMap,
@@ -534,27 +548,37 @@ pub fn save_adapter<M: Module>(
     if params.values.is_empty() {
         return Err(bad("the model has no LoRA adapters to save".into()));
     }
-    let mut tensors: Vec<(String, Vec<f32>, [usize; 2])> = Vec::new();
+    let mut tensors: Vec<Named> = Vec::new();
     for (path, data) in params.values {
         let (base, factor) = path.rsplit_once(".lora.").unwrap_or((&path, ""));
         let name = map.checkpoint_name(base);
         let module = module_of(&name).ok_or_else(|| bad(format!("{name} is not a weight")))?;
         let (values, shape) = transposed(data).map_err(bad)?;
         let factor = if factor == "a" { "A" } else { "B" };
-        tensors.push((peft_key(module, factor), values, shape));
+        tensors.push((peft_key(module, factor), values, shape.to_vec()));
     }
+    tensors.extend(saved_tensors(model, map, &config.saved_modules().map_err(bad)?).map_err(bad)?);
     let bytes = safetensors_bytes(&tensors);
     let text = serde_json::to_string_pretty(config).map_err(|e| bad(e.to_string()))?;
+    let mut contents = vec![(dir.join(WEIGHTS_FILE), bytes), (config_path.clone(), text.into_bytes())];
+    if let Some(names) = &config.labels {
+        let id2label = super::id2label(names);
+        let text = serde_json::to_string_pretty(&id2label).map_err(|e| bad(e.to_string()))?;
+        contents.push((dir.join(LABELS_FILE), text.into_bytes()));
+    }
     std::fs::create_dir_all(dir).map_err(|e| CheckpointError::io(dir, e))?;
-    let files = [dir.join(WEIGHTS_FILE), config_path.clone()];
-    let partials = files.clone().map(|f| partial_path(&f));
-    let written = durable::write_synced(&partials[0], &bytes)
-        .and_then(|()| durable::write_synced(&partials[1], text.as_bytes()))
+    let partials: Vec<_> = contents.iter().map(|(f, _)| partial_path(f)).collect();
+    let written = contents
+        .iter()
+        .zip(&partials)
+        .try_for_each(|((_, bytes), partial)| durable::write_synced(partial, bytes))
         .and_then(|()| {
-            durable::commit(&[
-                (partials[0].clone(), files[0].clone()),
-                (partials[1].clone(), files[1].clone()),
-            ])
+            let renames: Vec<_> = partials
+                .iter()
+                .cloned()
+                .zip(contents.iter().map(|(f, _)| f.clone()))
+                .collect();
+            durable::commit(&renames)
         });
     if let Err(e) = written {
         for p in &partials {
@@ -565,9 +589,92 @@ pub fn save_adapter<M: Module>(
     Ok(())
 }
 
+/// The tensors of the modules that `saved` names (`modules_to_save`), in HF's layout
+/// (as [`super::save_safetensors`] writes them) under PEFT's names.
+fn saved_tensors<M: Module>(
+    model: &M,
+    map: &KeyMap,
+    saved: &[String],
+) -> Result<Vec<Named>, String> {
+    if saved.is_empty() {
+        return Ok(Vec::new());
+    }
+    let snapshots = burn::store::ModuleSnapshot::collect(
+        model,
+        None,
+        Some(Box::new(map.adapter(super::keymap::Direction::ToPytorch))),
+        true,
+    );
+    let (named, _) = KeyMap::remapper(&map.save_patterns()).remap(snapshots);
+    let mut out = Vec::new();
+    for snapshot in named {
+        let name = snapshot.name.clone();
+        if !saved.iter().any(|entry| saved_by(&name, entry)) {
+            continue;
+        }
+        let data = bridge::to_data(&snapshot).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let shape = data.shape().to_vec();
+        let values = data
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .map_err(|e| format!("cannot read {name}: {e:?}"))?;
+        out.push((format!("base_model.model.{name}"), values, shape));
+    }
+    // PEFT lists names for every architecture of a task (`classifier`, `score`) and
+    // skips those a model lacks; a list of which none is in the model saves nothing.
+    if out.is_empty() {
+        return Err(format!(
+            "modules_to_save names {}, none of which is a module of this model",
+            saved.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
+/// Makes the parameters of the modules that `saved` names (PEFT's `modules_to_save`,
+/// matched as PEFT matches them, by the ends of their checkpoint names) train again
+/// after [`apply_lora`] froze them: a classifier head trained whole beside the adapter.
+///
+/// # Errors
+/// An entry that names no module of the model, or a module that LoRA adapts (PEFT
+/// adapts a module or saves it, not both).
+pub fn train_saved_modules<M: Module>(
+    model: M,
+    map: &KeyMap,
+    saved: &[String],
+) -> Result<M, String> {
+    let mut params = Params::default();
+    model.visit(&mut params);
+    let mut paths = Vec::new();
+    for entry in saved {
+        let mut hit = false;
+        for p in &params.found {
+            let name = map.checkpoint_name(&p.stored);
+            if saved_by(&name, entry) {
+                if p.full.contains(".lora.") {
+                    return Err(format!(
+                        "{entry} is adapted by LoRA and cannot also be trained whole"
+                    ));
+                }
+                hit = true;
+                paths.push(p.full.clone());
+            }
+        }
+        if !hit {
+            return Err(format!(
+                "no module of this model is named {entry:?} to train whole"
+            ));
+        }
+    }
+    Ok(model.set_require_grad_group(ParamGroup::from_paths(paths), true))
+}
+
+/// A named f32 tensor to write: its name, values and shape.
+type Named = (String, Vec<f32>, Vec<usize>);
+
 /// A safetensors file of f32 tensors, named and shaped, in name order.
-fn safetensors_bytes(tensors: &[(String, Vec<f32>, [usize; 2])]) -> Vec<u8> {
-    let mut sorted: Vec<&(String, Vec<f32>, [usize; 2])> = tensors.iter().collect();
+fn safetensors_bytes(tensors: &[Named]) -> Vec<u8> {
+    let mut sorted: Vec<&Named> = tensors.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     let mut header = serde_json::Map::new();
     header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
@@ -607,8 +714,24 @@ pub fn read_adapter_config(dir: &std::path::Path) -> Result<AdapterConfig, Check
         message,
     };
     let text = std::fs::read_to_string(&path).map_err(|e| CheckpointError::io(&path, e))?;
-    let config: AdapterConfig = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let mut config: AdapterConfig =
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     config.check().map_err(bad)?;
+    let labels = dir.join(LABELS_FILE);
+    if labels.is_file() {
+        let text =
+            std::fs::read_to_string(&labels).map_err(|e| CheckpointError::io(&labels, e))?;
+        let id2label: BTreeMap<String, String> =
+            serde_json::from_str(&text).map_err(|e| CheckpointError::Config {
+                path: labels.clone(),
+                message: format!("not a map of class ids to names: {e}"),
+            })?;
+        let names = super::class_names(&id2label).map_err(|e| CheckpointError::Config {
+            path: labels.clone(),
+            message: e.to_string(),
+        })?;
+        config.labels = Some(names);
+    }
     Ok(config)
 }
 
@@ -731,8 +854,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("a.safetensors");
         let bytes = safetensors_bytes(&[
-            ("z".into(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3]),
-            ("a".into(), vec![7.0, 8.0], [1, 2]),
+            ("z".into(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], vec![2, 3]),
+            ("a".into(), vec![7.0, 8.0], vec![2]),
         ]);
         std::fs::write(&path, bytes).unwrap();
         let mut store = burn::store::SafetensorsStore::from_file(&path);
@@ -744,6 +867,7 @@ mod tests {
             [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         );
         let a = bridge::to_data(&tensors["a"]).unwrap();
+        assert_eq!(a.shape().to_vec(), [2]);
         assert_eq!(a.try_to_vec::<f32>().unwrap(), [7.0, 8.0]);
         std::fs::remove_dir_all(dir).unwrap();
     }

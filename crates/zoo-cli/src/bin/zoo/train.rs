@@ -352,8 +352,10 @@ fn copy_companions(from: &Path, to: &Path) -> Result<Vec<String>> {
     Ok(copied)
 }
 
-/// Runs `zoo merge`: the causal LM of `model` with the adapter of `adapter` folded in,
-/// written to `output` with the model's tokenizer and generation files.
+/// Runs `zoo merge`: the causal LM or sequence classifier of `model` with the adapter of
+/// `adapter` folded in, written to `output` with the model's tokenizer and generation
+/// files. A classifier adapter over a base checkpoint puts the head it saves on the
+/// base's encoder.
 pub(crate) fn merge(
     model: &Path,
     adapter: &Path,
@@ -363,10 +365,12 @@ pub(crate) fn merge(
 ) -> Result<()> {
     let detected = Detected::new(model)?;
     let arch = detected.architecture;
-    // Causal LMs, and the encoders' sequence classifiers (which read adapters and
-    // classify).
-    let lm = arch.serves(Task::Generate);
-    if arch.load_adapted.is_none() || !(lm || arch.serves(Task::Classify)) {
+    // Causal LMs, and the encoders whose sequence classifiers read adapters.
+    let lm = arch.serves(Task::Generate) && arch.load_adapted.is_some();
+    let classifier = zoo_hub::architectures().any(|a| {
+        a.model_type == arch.model_type && a.serves(Task::Classify) && a.load_adapted.is_some()
+    });
+    if !(lm || classifier) {
         return Err(CliError::Unsupported(format!(
             "merge reads the adapters of causal LMs ({}) and of the sequence classifiers of \
              bert, roberta, xlm-roberta and distilbert; {} is {} ({})",
@@ -390,9 +394,7 @@ pub(crate) fn merge(
             .with_adapter(adapter, &config)?;
         lm.save_pretrained(output, &config).map_err(model_err)?;
     } else {
-        BertForSequenceClassification::from_pretrained(model, device)
-            .map_err(model_err)?
-            .with_adapter(adapter)?
+        BertForSequenceClassification::from_pretrained_adapted(model, adapter, device)?
             .save_pretrained(output)
             .map_err(model_err)?;
     }
@@ -554,9 +556,12 @@ pub(crate) fn train(args: &TrainCmdArgs, device_name: &str, device: &Device) -> 
             task_name(args.task)
         )));
     }
-    if args.lora_rank.is_some() && args.task != TrainTask::CausalLm {
+    if args.lora_rank.is_some()
+        && !matches!(args.task, TrainTask::CausalLm | TrainTask::Classification)
+    {
         return Err(CliError::Unsupported(format!(
-            "--lora-rank trains adapters for --task causal-lm; --task {} trains every weight",
+            "--lora-rank trains adapters for --task causal-lm and classification; --task {} \
+             trains every weight",
             task_name(args.task)
         )));
     }
@@ -672,10 +677,12 @@ impl Summary {
         if let Some(test) = &self.test {
             outln!("test:         {test}");
         }
-        let written = if self.adapter {
-            "the LoRA adapter: adapter_config.json, adapter_model.safetensors"
-        } else {
+        let written = if !self.adapter {
             "config.json, model.safetensors"
+        } else if output.join(peft::LABELS_FILE).is_file() {
+            "the LoRA adapter: adapter_config.json, adapter_model.safetensors, id2label.json"
+        } else {
+            "the LoRA adapter: adapter_config.json, adapter_model.safetensors"
         };
         outln!(
             "checkpoint:   {} ({written}{}{})",
@@ -891,7 +898,25 @@ impl Run<'_> {
         }
         require(&self.files, &[text.as_str(), label.as_str()])?;
         let labels = Labels::from_records(&self.files.train, &label).map_err(data)?;
-        let (mut model, labels, kept) = classifier(&dir, &labels, &ad)?;
+        let (mut model, labels, kept, fresh_pooler) = classifier(&dir, &labels, &ad)?;
+        model.bert.set_labels(labels.names());
+        let map = model.key_map();
+        let model_type = model.bert.config().model_type.clone();
+        let model_type = model_type.as_deref().unwrap_or("bert");
+        let (model, adapter) = self.lora(model, &map, model_type, "SEQ_CLS", &ad)?;
+        // With an adapter, the head trains whole beside it and is saved with it (PEFT's
+        // modules_to_save), and so is a pooler that the base lacked.
+        let (model, adapter) = match adapter {
+            None => (model, None),
+            Some(mut config) => {
+                let head = head_modules(model_type, fresh_pooler);
+                let model = peft::train_saved_modules(model, &map, &head)
+                    .map_err(|m| CliError::Input(format!("--lora-targets: {m}")))?;
+                config.modules_to_save = Some(serde_json::Value::from(head));
+                config.labels = Some(labels.names().to_vec());
+                (model, Some(config))
+            }
+        };
         let tok = self.bert_tokenizer(model.bert.max_len())?;
         let vocab = model.bert.vocab_size();
         let files = &self.files;
@@ -911,7 +936,6 @@ impl Run<'_> {
         };
         let (train, valid) = files.items(self.cfg, self.args.valid_fraction, &encode)?;
         let test = files.test.as_ref().map(&encode).transpose()?;
-        model.bert.set_labels(labels.names());
         let batcher = TextClasses { tok: tok.clone() };
         let (task, mut summary) = self.fit(
             ClassificationTask::new(model),
@@ -931,7 +955,13 @@ impl Run<'_> {
         if let Some(test) = test {
             summary.test = Some(test_accuracy(&model, &test, &batcher, self.device)?);
         }
-        model.save_pretrained(&self.args.output)?;
+        match adapter {
+            Some(adapter) => {
+                summary.adapter = true;
+                peft::save_adapter(&model, &map, &adapter, &self.args.output)?;
+            }
+            None => model.save_pretrained(&self.args.output)?,
+        }
         Ok(summary)
     }
 
@@ -1136,7 +1166,8 @@ fn default_lora_targets(model_type: &str) -> &'static [&'static str] {
         "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "marian" | "bart" | "mbart" => {
             &["q_proj", "v_proj"]
         }
-        "bert" | "roberta" => &["query", "value"],
+        "bert" | "roberta" | "xlm-roberta" => &["query", "value"],
+        "distilbert" => &["q_lin", "v_lin"],
         "t5" => &["q", "v"],
         _ => &[],
     }
@@ -1161,21 +1192,39 @@ fn blocks(stream: &[usize], len: usize) -> Vec<CausalLmItem> {
 
 /// The sequence classifier to train: the checkpoint's own when it is one whose labels
 /// hold every label of the data (their ids kept), else a new head on its encoder (the
-/// summary says which).
+/// summary says which); and whether its pooler is new too (a base without one).
 fn classifier(
     dir: &Path,
     labels: &Labels,
     device: &Device,
-) -> Result<(BertForSequenceClassification, Labels, bool)> {
+) -> Result<(BertForSequenceClassification, Labels, bool, bool)> {
     if let Ok(model) = BertForSequenceClassification::from_pretrained(dir, device) {
         let names = Labels::in_order(model.bert.config().labels());
         if names.covers(labels) {
-            return Ok((model, names, true));
+            return Ok((model, names, true, false));
         }
     }
     let base = BertModel::from_pretrained(dir, device)?;
+    let fresh_pooler = base.pooler.is_none();
     let model = BertForSequenceClassification::from_encoder(base, labels.len(), device)?;
-    Ok((model, labels.clone(), false))
+    Ok((model, labels.clone(), false, fresh_pooler))
+}
+
+/// The HF modules of a sequence classifier that train whole beside a LoRA adapter and
+/// are saved with it (PEFT's `modules_to_save`): the head, as PEFT's default names it;
+/// DistilBERT's `pre_classifier` when the base has none (PEFT's default leaves a new one
+/// untrained); BERT's pooler when the base has none. RoBERTa's pooler is its head's
+/// `classifier.dense`.
+fn head_modules(model_type: &str, fresh_pooler: bool) -> Vec<String> {
+    let mut out = vec!["classifier".to_string()];
+    if fresh_pooler {
+        match model_type {
+            "distilbert" => out.push("pre_classifier".into()),
+            "roberta" | "xlm-roberta" => {}
+            _ => out.push("pooler".into()),
+        }
+    }
+    out
 }
 
 /// The ids a masked token may be replaced by: the vocabulary without the special

@@ -2458,8 +2458,17 @@ fn bad_input_is_one_line_naming_the_problem() {
             "--max-len 64 is longer than the model's 32 positions",
         ),
         (
-            "train --model {roberta-cls} --task classification --train {tmp}/t-train.csv --output {tmp}/t-out --lora-rank 4",
-            "--lora-rank trains adapters for --task causal-lm; --task classification trains every weight",
+            "train --model {roberta-cls} --task classification --train {tmp}/t-train.csv --output {tmp}/t-out --from-scratch",
+            "--from-scratch trains --task causal-lm; --task classification starts from a checkpoint's weights",
+        ),
+        (
+            "train --model {roberta-cls} --task masked-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --lora-rank 4",
+            "--lora-rank trains adapters for --task causal-lm and classification; --task masked-lm \
+             trains every weight",
+        ),
+        (
+            "train --model {roberta-cls} --task classification --train {tmp}/t-train.csv --output {tmp}/t-out --lora-rank 4 --lora-targets query,out_proj",
+            "--lora-targets: classifier is adapted by LoRA and cannot also be trained whole",
         ),
         (
             "train --model {gpt2} --task causal-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --lora-rank 4 --lora-targets q_proj",

@@ -134,6 +134,76 @@ fn causal_lm_learns_a_sentence_and_generates_it() {
     std::fs::remove_dir_all(tmp).unwrap();
 }
 
+/// `--from-scratch`: a folder of the GPT-2 fixture's config and tokenizer alone, no
+/// weights, trains from weights drawn with the seed: the same seed gives the same
+/// losses, another seed other ones (the control), and the model learns the sentence.
+#[test]
+fn causal_lm_trains_from_scratch_from_a_config_and_a_tokenizer() {
+    let tmp = tempdir("train-scratch");
+    let model = tmp.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(gpt2().join(f), model.join(f)).unwrap();
+    }
+    let data = sentences(&tmp);
+    let run = |name: &str, seed: &str| {
+        let out = tmp.join(name);
+        let run = train(
+            &model,
+            "causal-lm",
+            &data,
+            &out,
+            &[
+                "--from-scratch",
+                "--steps",
+                "120",
+                "--eval-every",
+                "40",
+                "--lr",
+                "1e-2",
+                "--max-len",
+                "16",
+                "--seed",
+                seed,
+            ],
+        );
+        assert!(
+            run.stdout.contains(&format!(
+                "weights:      drawn at random (--from-scratch, seed {seed})"
+            )),
+            "{}",
+            run.stdout
+        );
+        metrics(&out)
+            .iter()
+            .map(|r| r["valid_loss"])
+            .collect::<Vec<f64>>()
+    };
+    let (a, b, c) = (run("a", "1"), run("b", "1"), run("c", "2"));
+    assert_eq!(a, b, "the same seed, other losses");
+    assert_ne!(a, c, "another seed, the same losses");
+    assert!(a[2] < 0.5 && a[2] < a[0], "valid losses {a:?}");
+    let out = tmp.join("a");
+    let generated = ok_on(
+        "generate",
+        &out,
+        &[
+            "--prompt",
+            "the cat",
+            "--max-new-tokens",
+            "12",
+            "--temperature",
+            "0",
+        ],
+    );
+    assert!(
+        generated.stdout.starts_with("the cat sat on the mat."),
+        "{:?}",
+        generated.stdout
+    );
+    std::fs::remove_dir_all(tmp).unwrap();
+}
+
 /// A CSV of texts whose label is told by one word among random others.
 fn labelled_csv(path: &Path, rows: usize, labels: [(&str, &str); 2], seed: usize) {
     let filler = [
@@ -255,14 +325,20 @@ fn classification_lora_trains_an_adapter_and_its_head() {
     // Rank 4 on two 40 x 40 matrices in each of two layers, and the head whole:
     // dense 40 x 40 + 40, out_proj 40 x 2 + 2.
     let (trained, all) = trained_of(&run.stdout);
-    assert_eq!(trained, 2 * 2 * 4 * (40 + 40) + (40 * 40 + 40) + (40 * 2 + 2));
+    assert_eq!(
+        trained,
+        2 * 2 * 4 * (40 + 40) + (40 * 40 + 40) + (40 * 2 + 2)
+    );
     assert!(all > 10 * trained, "{trained} of {all}");
     let accuracy = metrics(&adapter).last().unwrap()["valid_accuracy"];
     assert!(accuracy >= 90.0, "valid accuracy {accuracy}");
     let config = read_json(&adapter.join("adapter_config.json"));
     assert_eq!(config["task_type"], "SEQ_CLS");
     assert_eq!(config["modules_to_save"], serde_json::json!(["classifier"]));
-    assert_eq!(config["target_modules"], serde_json::json!(["query", "value"]));
+    assert_eq!(
+        config["target_modules"],
+        serde_json::json!(["query", "value"])
+    );
     assert_eq!(
         read_json(&adapter.join("id2label.json")),
         serde_json::json!({"0": "neg", "1": "pos"})
@@ -311,7 +387,11 @@ fn classification_lora_trains_an_adapter_and_its_head() {
     let a = logits(&adapted, "a.json");
     let m = logits(&["--model", path(&merged)], "m.json");
     assert_eq!(a.len(), 2);
-    let d = a.iter().zip(&m).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+    let d = a
+        .iter()
+        .zip(&m)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f32, f32::max);
     assert!(d < 1e-4, "adapter and merged logits differ by {d}");
     std::fs::remove_dir_all(tmp).unwrap();
 }

@@ -432,14 +432,20 @@ impl BertForSequenceClassification {
         let dir = dir.as_ref();
         let head = saved_head(adapter).map_err(zoo_core::ModelError::new)?;
         let model = match Self::from_pretrained(dir, device) {
-            Ok(m) if head.as_ref().is_none_or(|(n, _)| *n == m.classifier.weight.dims()[1]) => m,
+            Ok(m)
+                if head
+                    .as_ref()
+                    .is_none_or(|(n, _)| *n == m.classifier.weight.dims()[1]) =>
+            {
+                m
+            }
             whole => {
-                let base = BertModel::from_pretrained(dir, device).map_err(zoo_core::ModelError::new)?;
+                let base =
+                    BertModel::from_pretrained(dir, device).map_err(zoo_core::ModelError::new)?;
                 let Some((n, names)) = head else {
-                    let e = whole.err().map_or_else(
-                        || "its head does not fit".to_string(),
-                        |e| e.to_string(),
-                    );
+                    let e = whole
+                        .err()
+                        .map_or_else(|| "its head does not fit".to_string(), |e| e.to_string());
                     return Err(zoo_core::ModelError::new(CheckpointError::Config {
                         path: adapter.join(peft::CONFIG_FILE),
                         message: format!(
@@ -449,7 +455,8 @@ impl BertForSequenceClassification {
                         ),
                     }));
                 };
-                let mut model = Self::from_encoder(base, n, device).map_err(zoo_core::ModelError::new)?;
+                let mut model =
+                    Self::from_encoder(base, n, device).map_err(zoo_core::ModelError::new)?;
                 model.bert.set_labels(&names);
                 model
             }

@@ -213,6 +213,12 @@ impl Detected {
     /// An architecture whose family does not read adapters (those that do are named), a
     /// missing adapter folder, and what [`Self::load`] and the adapter's reader report.
     pub fn load_adapted(mut self, adapter: &Path, device: &Device) -> Result<AutoModel> {
+        if !adapter.is_dir() {
+            return Err(HubError::Input(format!(
+                "{}: no such adapter folder",
+                adapter.display()
+            )));
+        }
         let task = checkpoint::peft::read_adapter_config(adapter)
             .ok()
             .and_then(|c| c.task_type);
@@ -247,12 +253,6 @@ impl Detected {
                 others.join(", ")
             )));
         };
-        if !adapter.is_dir() {
-            return Err(HubError::Input(format!(
-                "{}: no such adapter folder",
-                adapter.display()
-            )));
-        }
         let model = load(&self.dir, adapter, device)?;
         Ok(AutoModel {
             detected: self,

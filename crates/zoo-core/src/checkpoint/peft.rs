@@ -560,7 +560,10 @@ pub fn save_adapter<M: Module>(
     tensors.extend(saved_tensors(model, map, &config.saved_modules().map_err(bad)?).map_err(bad)?);
     let bytes = safetensors_bytes(&tensors);
     let text = serde_json::to_string_pretty(config).map_err(|e| bad(e.to_string()))?;
-    let mut contents = vec![(dir.join(WEIGHTS_FILE), bytes), (config_path.clone(), text.into_bytes())];
+    let mut contents = vec![
+        (dir.join(WEIGHTS_FILE), bytes),
+        (config_path.clone(), text.into_bytes()),
+    ];
     if let Some(names) = &config.labels {
         let id2label = super::id2label(names);
         let text = serde_json::to_string_pretty(&id2label).map_err(|e| bad(e.to_string()))?;
@@ -714,13 +717,11 @@ pub fn read_adapter_config(dir: &std::path::Path) -> Result<AdapterConfig, Check
         message,
     };
     let text = std::fs::read_to_string(&path).map_err(|e| CheckpointError::io(&path, e))?;
-    let mut config: AdapterConfig =
-        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let mut config: AdapterConfig = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     config.check().map_err(bad)?;
     let labels = dir.join(LABELS_FILE);
     if labels.is_file() {
-        let text =
-            std::fs::read_to_string(&labels).map_err(|e| CheckpointError::io(&labels, e))?;
+        let text = std::fs::read_to_string(&labels).map_err(|e| CheckpointError::io(&labels, e))?;
         let id2label: BTreeMap<String, String> =
             serde_json::from_str(&text).map_err(|e| CheckpointError::Config {
                 path: labels.clone(),

@@ -109,8 +109,14 @@ pub(crate) struct TrainCmdArgs {
     /// Continue the run in --output/training from its last complete round.
     #[arg(long)]
     resume: bool,
-    /// Train a LoRA adapter of this rank (Burn's LoRA) and freeze every weight of the
-    /// model; the output is the adapter alone, in PEFT's format.
+    /// Train from scratch (--task causal-lm): the weights are drawn at random (seeded by
+    /// --seed) for the architecture of --model's config.json, and its weights file, if
+    /// any, is not read; the folder needs config.json and the tokenizer.
+    #[arg(long, conflicts_with = "lora_rank")]
+    from_scratch: bool,
+    /// Train a LoRA adapter of this rank (Burn's LoRA; --task causal-lm and
+    /// classification) and freeze the model's weights, but for a classifier's head,
+    /// which trains whole beside it; the output is the adapter alone, in PEFT's format.
     #[arg(long)]
     lora_rank: Option<usize>,
     /// LoRA's alpha: the adapter's delta is scaled by alpha / rank (default 2 × rank).
@@ -550,6 +556,12 @@ pub(crate) fn train(args: &TrainCmdArgs, device_name: &str, device: &Device) -> 
             arch.name
         )));
     }
+    if args.from_scratch && args.task != TrainTask::CausalLm {
+        return Err(CliError::Unsupported(format!(
+            "--from-scratch trains --task causal-lm; --task {} starts from a checkpoint's weights",
+            task_name(args.task)
+        )));
+    }
     if args.test_file.is_some() && args.task != TrainTask::Classification {
         return Err(CliError::Unsupported(format!(
             "--test scores --task classification; --task {} reports its validation loss",
@@ -644,6 +656,8 @@ struct Summary {
     labels: Option<String>,
     /// The score on the --test examples.
     test: Option<String>,
+    /// Where the starting weights came from, when not from the checkpoint.
+    weights: Option<String>,
 }
 
 impl Summary {
@@ -662,6 +676,9 @@ impl Summary {
             zoo_core::thousands(all),
             100.0 * trainable as f64 / all.max(1) as f64
         );
+        if let Some(weights) = &self.weights {
+            outln!("weights:      {weights}");
+        }
         if let Some(labels) = &self.labels {
             outln!("labels:       {labels}");
         }
@@ -761,6 +778,7 @@ impl Run<'_> {
             plot: fitted.plot,
             labels: None,
             test: None,
+            weights: None,
         };
         Ok((fitted.task, summary))
     }
@@ -769,7 +787,17 @@ impl Run<'_> {
         let dir = &self.args.model;
         let ad = self.cfg.autodiff(self.device);
         let config = HfDecoderConfig::from_pretrained(dir).map_err(model_err)?;
-        let model = DecoderLm::from_pretrained(dir, &ad).map_err(model_err)?;
+        let model = if self.args.from_scratch {
+            // Drawn here, before fit, so that --seed decides them.
+            ad.seed(self.cfg.seed);
+            config
+                .decoder()
+                .map_err(model_err)?
+                .init(&ad)
+                .map_err(model_err)?
+        } else {
+            DecoderLm::from_pretrained(dir, &ad).map_err(model_err)?
+        };
         let map = config.key_map();
         let (model, adapter) = self.lora(model, &map, config.model_type(), "CAUSAL_LM", &ad)?;
         let tok = LmTokenizer::from_pretrained(dir)?;
@@ -805,6 +833,13 @@ impl Run<'_> {
             (train, valid),
             CausalLmBatcher::new(eos.unwrap_or(0)),
         )?;
+        if self.args.from_scratch {
+            summary.weights = Some(format!(
+                "drawn at random (--from-scratch, seed {}), not read from {}",
+                self.cfg.seed,
+                self.args.model.display()
+            ));
+        }
         let model: DecoderLm = task.model.valid();
         match adapter {
             Some(adapter) => {

@@ -7,13 +7,14 @@
 //! cargo run --release --example g2p
 //! cargo run --release --example g2p -- --epochs 30 --d-model 256 --d-ff 1024   # longer
 //! cargo run --release --example g2p --features wgpu -- --device wgpu
+//! cargo run --release --example g2p -- --write-tsv artifacts/g2p-tsv   # for zoo train
 //! ```
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use zoo_examples::g2p::{G2pSettings, alignment_png, data, predict, score, train};
+use zoo_examples::g2p::{G2pSettings, alignment_png, data, predict, score, train, write_tsv};
 use zoo_examples::{
     Error, device_or_exit, exit_on_error, or_exit_on_earlier_run, require_positive,
 };
@@ -58,6 +59,10 @@ struct Args {
     /// Replace an earlier run in the artifact folder.
     #[arg(long)]
     overwrite: bool,
+    /// Write the split as TSV files and a starting folder (config and tokenizer) for
+    /// `zoo train --from-scratch --task seq2seq` into this folder, and stop.
+    #[arg(long)]
+    write_tsv: Option<PathBuf>,
 }
 
 /// Words to pronounce that the dictionary does not have (any it has are left out).
@@ -99,6 +104,12 @@ fn run(args: Args) -> Result<(), Error> {
     s.device = args.device.clone();
     s.overwrite = args.overwrite;
     let d = data(s.seed)?;
+    if let Some(dir) = &args.write_tsv {
+        for path in write_tsv(&d, &s, dir)? {
+            println!("wrote {}", path.display());
+        }
+        return Ok(());
+    }
     let (vocab, train_set, valid, test) = (&d.vocab, &d.train, &d.valid, &d.test);
     println!(
         "CMUdict: {} train, {} validation ({} read each epoch), {} test words (split by word, \

@@ -126,6 +126,91 @@ pub fn items(vocab: &G2pVocab, entries: &[Entry]) -> Result<Vec<Seq2SeqItem>, Er
     Ok(out)
 }
 
+/// Writes the split as TSV files for `zoo train --task seq2seq` (`train.tsv`,
+/// `valid.tsv`, `test.tsv`: a row per pronunciation, `source` the word's letters and
+/// `target` its phonemes, space-separated) and, in `model/`, a starting folder for
+/// `zoo train --from-scratch`: the model's `config.json` at `s`'s sizes and a word-level
+/// `tokenizer.json` over the letters and phonemes with this vocabulary's ids (and
+/// `<unk>` after them), which ends each source with `</s>`. Returns the files written.
+///
+/// # Errors
+/// A folder or file that cannot be written, or a word outside `a`-`z`.
+pub fn write_tsv(data: &G2pData, s: &G2pSettings, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    use tokenizers::models::wordlevel::WordLevel;
+    use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
+    use tokenizers::processors::template::TemplateProcessing;
+    use tokenizers::{AddedToken, Tokenizer};
+
+    let mut written = Vec::new();
+    for (name, entries) in [
+        ("train", &data.train),
+        ("valid", &data.valid),
+        ("test", &data.test),
+    ] {
+        let mut tsv = String::from("source\ttarget\n");
+        for e in entries.iter() {
+            data.vocab.letters(&e.word)?;
+            let letters: Vec<String> = e.word.chars().map(String::from).collect();
+            for p in &e.pronunciations {
+                tsv.push_str(&format!("{}\t{}\n", letters.join(" "), p.join(" ")));
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join(format!("{name}.tsv"));
+        zoo_train::write_atomic(&path, tsv.as_bytes())?;
+        written.push(path);
+    }
+
+    let model_dir = dir.join("model");
+    std::fs::create_dir_all(&model_dir).map_err(|e| format!("{}: {e}", model_dir.display()))?;
+    let specials = ["<pad>", "<s>", "</s>"];
+    let mut vocab: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut add = |token: String| {
+        let id = vocab.len() as u32;
+        vocab.insert(token, id);
+    };
+    specials.iter().for_each(|t| add((*t).to_string()));
+    (b'a'..=b'z').for_each(|c| add((c as char).to_string()));
+    data.vocab.phones.iter().for_each(|p| add(p.clone()));
+    add("<unk>".into());
+    let size = vocab.len();
+    let model = WordLevel::builder()
+        .vocab(vocab.into_iter().collect())
+        .unk_token("<unk>".into())
+        .build()
+        .map_err(|e| format!("the word-level tokenizer: {e}"))?;
+    let mut tok = Tokenizer::new(model);
+    tok.with_pre_tokenizer(Some(WhitespaceSplit));
+    let post = TemplateProcessing::builder()
+        .try_single("$A </s>")
+        .and_then(|b| b.try_pair("$A </s> $B </s>"))
+        .map_err(|e| format!("the tokenizer's template: {e}"))?
+        .special_tokens(vec![("</s>", EOS as u32)])
+        .build()
+        .map_err(|e| format!("the tokenizer's template: {e}"))?;
+    tok.with_post_processor(Some(post));
+    let added: Vec<AddedToken> = specials
+        .iter()
+        .chain(["<unk>"].iter())
+        .map(|t| AddedToken::from(*t, true))
+        .collect();
+    tok.add_special_tokens(&added);
+    let path = model_dir.join("tokenizer.json");
+    let json = tok
+        .to_string(true)
+        .map_err(|e| format!("the word-level tokenizer: {e}"))?;
+    zoo_train::write_atomic(&path, json.as_bytes())?;
+    written.push(path);
+
+    let mut cfg = s.model_config(&data.vocab);
+    cfg.vocab_size = size;
+    let text = zoo_core::checkpoint::config_text(&cfg, "marian", "MarianMTModel")?;
+    let path = model_dir.join("config.json");
+    zoo_train::write_atomic(&path, text.as_bytes())?;
+    written.push(path);
+    Ok(written)
+}
+
 /// The example's settings.
 #[derive(Debug, Clone)]
 pub struct G2pSettings {

@@ -2,7 +2,7 @@
 //! CMUdict's training words must pronounce held-out words with a phoneme error rate far
 //! below an untrained model's, and its saved checkpoint must load back with the same output.
 
-use zoo_examples::g2p::{G2pSettings, data, predict, score, train};
+use zoo_examples::g2p::{G2pSettings, data, predict, score, train, write_tsv};
 use zoo_seq2seq::MarianMtModel;
 use zoo_train::FitOptions;
 
@@ -50,5 +50,53 @@ fn learning_g2p_reaches_the_bound_in_a_short_run() {
     model.save_pretrained(dir.join("model")).unwrap();
     let back = MarianMtModel::from_pretrained(dir.join("model"), &device).unwrap();
     assert_eq!(predict(&back, vocab, &words, 250).unwrap(), predictions);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--write-tsv`: the split as TSV rows (letters and phonemes, space-separated) and a
+/// starting folder whose tokenizer gives the example's own ids, with `</s>` after a
+/// source and none after a target, and whose config builds the model at the example's
+/// sizes with room for `<unk>`.
+#[test]
+fn the_tsv_split_and_its_folder_match_the_example_s_ids() {
+    let device = zoo_device::test_device();
+    let dir = std::env::temp_dir().join(format!("zoo-g2p-tsv-{}", std::process::id()));
+    let s = G2pSettings::new(1, &dir);
+    let d = data(s.seed).unwrap();
+    let written = write_tsv(&d, &s, &dir).unwrap();
+    assert_eq!(written.len(), 5);
+    let train_tsv = std::fs::read_to_string(dir.join("train.tsv")).unwrap();
+    let mut lines = train_tsv.lines();
+    assert_eq!(lines.next(), Some("source\ttarget"));
+    let first = &d.train[0];
+    let letters: Vec<String> = first.word.chars().map(String::from).collect();
+    let row = format!(
+        "{}\t{}",
+        letters.join(" "),
+        first.pronunciations[0].join(" ")
+    );
+    assert_eq!(lines.next(), Some(row.as_str()));
+    let rows: usize = d.train.iter().map(|e| e.pronunciations.len()).sum();
+    assert_eq!(train_tsv.lines().count(), rows + 1);
+
+    let tok = zoo_data::LmTokenizer::from_pretrained(dir.join("model")).unwrap();
+    let want: Vec<usize> = d.vocab.letters("hello").unwrap();
+    assert_eq!(want, [10, 7, 14, 14, 17]);
+    let mut with_end = want.clone();
+    with_end.push(zoo_examples::g2p::EOS);
+    assert_eq!(tok.encode("h e l l o").unwrap(), with_end);
+    let phones = first.pronunciations[0].clone();
+    assert_eq!(
+        tok.encode_plain(&phones.join(" ")).unwrap(),
+        d.vocab.phone_ids(&phones)
+    );
+    // A symbol of neither kind is <unk>, the id after the vocabulary's.
+    assert_eq!(tok.encode_plain("%").unwrap(), [d.vocab.size()]);
+
+    let model = zoo_seq2seq::MarianMtModel::from_config(dir.join("model"), &device).unwrap();
+    let cfg = model.config();
+    assert_eq!(cfg.vocab_size, d.vocab.size() + 1);
+    assert_eq!(cfg.d_model, s.d_model);
+    assert_eq!(cfg.decoder_start_token_id, Some(zoo_examples::g2p::BOS));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2459,7 +2459,8 @@ fn bad_input_is_one_line_naming_the_problem() {
         ),
         (
             "train --model {roberta-cls} --task classification --train {tmp}/t-train.csv --output {tmp}/t-out --from-scratch",
-            "--from-scratch trains --task causal-lm; --task classification starts from a checkpoint's weights",
+            "--from-scratch trains --task causal-lm and seq2seq; --task classification starts from a \
+             checkpoint's weights",
         ),
         (
             "train --model {roberta-cls} --task masked-lm --train {tmp}/t-docs.txt --output {tmp}/t-out --lora-rank 4",

@@ -480,6 +480,41 @@ fn masked_lm_and_seq2seq_lower_their_validation_loss() {
     let translated = ok_on("translate", &out, &["--text", "the sun"]);
     assert_eq!(translated.stdout.trim(), "sun the");
 
+    // From scratch: T5's config and tokenizer alone, the weights drawn with the seed.
+    let scratch = tmp.join("t5-config");
+    std::fs::create_dir_all(&scratch).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(fixture("zoo-seq2seq", "t5-tiny").join(f), scratch.join(f)).unwrap();
+    }
+    let out = tmp.join("t5-scratch");
+    let run = train(
+        &scratch,
+        "seq2seq",
+        &pairs,
+        &out,
+        &[
+            "--from-scratch",
+            "--epochs",
+            "6",
+            "--lr",
+            "1e-2",
+            "--batch-size",
+            "8",
+        ],
+    );
+    assert!(
+        run.stdout.contains("weights:      drawn at random"),
+        "{}",
+        run.stdout
+    );
+    let rounds = metrics(&out);
+    let (first, last) = (rounds[0]["valid_loss"], rounds[5]["valid_loss"]);
+    assert!(
+        last < 0.9 * first,
+        "from scratch: valid losses {first} -> {last}"
+    );
+    saved_as(&out, "T5ForConditionalGeneration", None);
+
     // BART fine-tunes the same way (learned positions and embedding norms trained) and
     // is saved as BART.
     let out = tmp.join("bart");

@@ -188,13 +188,23 @@ impl T5ForConditionalGeneration {
     /// all of them named with their shapes.
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
-        let cfg: T5Config = checkpoint::read_valid_config(dir, |c: &T5Config| {
+        let mut model = Self::from_config(dir, device)?;
+        let map = t5_map(model.config());
+        checkpoint::load_into(&mut model, dir, &map)?;
+        Ok(model)
+    }
+
+    /// The model that `dir`'s `config.json` describes, with weights drawn at random from
+    /// the device's generator (to train from scratch); the folder's weights are not read.
+    ///
+    /// # Errors
+    /// A missing or invalid `config.json`.
+    pub fn from_config(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let cfg: T5Config = checkpoint::read_valid_config(dir.as_ref(), |c: &T5Config| {
             validate::model_type(model_type(&c.other), "t5", "T5")?;
             c.validate()
         })?;
-        let mut model = cfg.init(device)?;
-        checkpoint::load_into(&mut model, dir, &t5_map(&cfg))?;
-        Ok(model)
+        cfg.init(device)
     }
 
     /// Writes the model as an HF `T5ForConditionalGeneration` folder.
@@ -224,6 +234,20 @@ impl MarianMtModel {
     /// As [`T5ForConditionalGeneration::from_pretrained`].
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
+        let mut model = Self::from_config(dir, device)?;
+        let map = marian_map(model.config().variant());
+        checkpoint::load_into(&mut model, dir, &map)?;
+        Ok(model)
+    }
+
+    /// The model that `dir`'s `config.json` (and its generation defaults) describe, with
+    /// weights drawn at random from the device's generator (to train from scratch); the
+    /// folder's weights are not read.
+    ///
+    /// # Errors
+    /// A missing or invalid `config.json`.
+    pub fn from_config(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
         let mut cfg: MarianConfig = checkpoint::read_valid_config(dir, |c: &MarianConfig| {
             let family = match c.variant() {
                 MarianVariant::Marian => "Marian",
@@ -240,9 +264,7 @@ impl MarianMtModel {
             cfg.forced_bos_token_id = bos.as_u64().and_then(|b| usize::try_from(b).ok());
             cfg.validate()?;
         }
-        let mut model = cfg.init(device)?;
-        checkpoint::load_into(&mut model, dir, &marian_map(cfg.variant()))?;
-        Ok(model)
+        cfg.init(device)
     }
 
     /// Writes the model as an HF folder of its variant's class (`MarianMTModel`, or

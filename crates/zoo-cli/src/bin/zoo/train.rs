@@ -109,7 +109,7 @@ pub(crate) struct TrainCmdArgs {
     /// Continue the run in --output/training from its last complete round.
     #[arg(long)]
     resume: bool,
-    /// Train from scratch (--task causal-lm): the weights are drawn at random (seeded by
+    /// Train from scratch (--task causal-lm, seq2seq): the weights are drawn at random (seeded by
     /// --seed) for the architecture of --model's config.json, and its weights file, if
     /// any, is not read; the folder needs config.json and the tokenizer.
     #[arg(long, conflicts_with = "lora_rank")]
@@ -556,9 +556,10 @@ pub(crate) fn train(args: &TrainCmdArgs, device_name: &str, device: &Device) -> 
             arch.name
         )));
     }
-    if args.from_scratch && args.task != TrainTask::CausalLm {
+    if args.from_scratch && !matches!(args.task, TrainTask::CausalLm | TrainTask::Seq2seq) {
         return Err(CliError::Unsupported(format!(
-            "--from-scratch trains --task causal-lm; --task {} starts from a checkpoint's weights",
+            "--from-scratch trains --task causal-lm and seq2seq; --task {} starts from a \
+             checkpoint's weights",
             task_name(args.task)
         )));
     }
@@ -614,13 +615,21 @@ pub(crate) fn train(args: &TrainCmdArgs, device_name: &str, device: &Device) -> 
         TrainTask::MaskedLm => run.masked_lm()?,
         TrainTask::Classification => run.classification()?,
         TrainTask::TokenClassification => run.token_classification()?,
-        TrainTask::Seq2seq => match arch.model_type {
-            "t5" => run.seq2seq(
+        TrainTask::Seq2seq => match (arch.model_type, args.from_scratch) {
+            ("t5", false) => run.seq2seq(
                 |d, dev| T5ForConditionalGeneration::from_pretrained(d, dev),
                 |m: &T5ForConditionalGeneration, d| m.save_pretrained(d),
             )?,
-            _ => run.seq2seq(
+            ("t5", true) => run.seq2seq(
+                |d, dev| T5ForConditionalGeneration::from_config(d, dev),
+                |m: &T5ForConditionalGeneration, d| m.save_pretrained(d),
+            )?,
+            (_, false) => run.seq2seq(
                 |d, dev| MarianMtModel::from_pretrained(d, dev),
+                |m: &MarianMtModel, d| m.save_pretrained(d),
+            )?,
+            (_, true) => run.seq2seq(
+                |d, dev| MarianMtModel::from_config(d, dev),
                 |m: &MarianMtModel, d| m.save_pretrained(d),
             )?,
         },
@@ -731,6 +740,17 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// The summary's line on the weights of a run --from-scratch.
+    fn scratch_note(&self) -> Option<String> {
+        self.args.from_scratch.then(|| {
+            format!(
+                "drawn at random (--from-scratch, seed {}), not read from {}",
+                self.cfg.seed,
+                self.args.model.display()
+            )
+        })
+    }
+
     fn max_len(&mut self, model_limit: usize) -> usize {
         let max = self
             .args
@@ -833,13 +853,7 @@ impl Run<'_> {
             (train, valid),
             CausalLmBatcher::new(eos.unwrap_or(0)),
         )?;
-        if self.args.from_scratch {
-            summary.weights = Some(format!(
-                "drawn at random (--from-scratch, seed {}), not read from {}",
-                self.cfg.seed,
-                self.args.model.display()
-            ));
-        }
+        summary.weights = self.scratch_note();
         let model: DecoderLm = task.model.valid();
         match adapter {
             Some(adapter) => {
@@ -1132,6 +1146,10 @@ impl Run<'_> {
     {
         let dir = self.args.model.clone();
         let ad = self.cfg.autodiff(self.device);
+        if self.args.from_scratch {
+            // Drawn in `load`, before fit, so that --seed decides them.
+            ad.seed(self.cfg.seed);
+        }
         let model = load(&dir, &ad).map_err(model_err)?;
         let tok = LmTokenizer::from_pretrained(&dir)?;
         let max = self.max_len(model.max_source_len().min(model.max_target_len()));
@@ -1184,7 +1202,8 @@ impl Run<'_> {
             bos_id: model.start_id(),
             eos_id: eos.first().copied().unwrap_or(1),
         };
-        let (task, summary) = self.fit(Seq2SeqTask::new(model), (train, valid), batcher)?;
+        let (task, mut summary) = self.fit(Seq2SeqTask::new(model), (train, valid), batcher)?;
+        summary.weights = self.scratch_note();
         let model = task.model.valid();
         save(&model, &self.args.output).map_err(model_err)?;
         Ok(summary)

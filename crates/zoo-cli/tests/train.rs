@@ -66,6 +66,16 @@ fn sentences(tmp: &Path) -> PathBuf {
     file
 }
 
+/// `generate`'s arguments for 12 greedy tokens after "the cat".
+const GREEDY_CAT: [&str; 6] = [
+    "--prompt",
+    "the cat",
+    "--max-new-tokens",
+    "12",
+    "--temperature",
+    "0",
+];
+
 /// `zoo train` of the GPT-2 fixture on [`sentences`] (written in `tmp`) into `out`.
 fn train_gpt2(tmp: &Path, out: &Path, args: &[&str]) -> Run {
     train(&gpt2(), "causal-lm", &sentences(tmp), out, args)
@@ -102,14 +112,7 @@ fn causal_lm_learns_a_sentence_and_generates_it() {
     // it started from does not (the negative control).
     let info = ok_on("info", &out, &[]);
     assert!(info.stdout.contains("GPT2LMHeadModel"), "{}", info.stdout);
-    let args = [
-        "--prompt",
-        "the cat",
-        "--max-new-tokens",
-        "12",
-        "--temperature",
-        "0",
-    ];
+    let args = GREEDY_CAT;
     let trained = ok_on("generate", &out, &args);
     assert!(
         trained.stdout.starts_with("the cat sat on the mat."),
@@ -184,18 +187,7 @@ fn causal_lm_trains_from_scratch_from_a_config_and_a_tokenizer() {
     assert_ne!(a, c, "another seed, the same losses");
     assert!(a[2] < 0.5 && a[2] < a[0], "valid losses {a:?}");
     let out = tmp.join("a");
-    let generated = ok_on(
-        "generate",
-        &out,
-        &[
-            "--prompt",
-            "the cat",
-            "--max-new-tokens",
-            "12",
-            "--temperature",
-            "0",
-        ],
-    );
+    let generated = ok_on("generate", &out, &GREEDY_CAT);
     assert!(
         generated.stdout.starts_with("the cat sat on the mat."),
         "{:?}",
@@ -224,13 +216,30 @@ fn labelled_csv(path: &Path, rows: usize, labels: [(&str, &str); 2], seed: usize
     std::fs::write(path, text).unwrap();
 }
 
+/// `train.csv` (120 rows) and `valid.csv` (30 rows) of [`labelled_csv`] in `tmp`.
+fn labelled_split(tmp: &Path, labels: [(&str, &str); 2]) -> (PathBuf, PathBuf) {
+    let (train_csv, valid_csv) = (tmp.join("train.csv"), tmp.join("valid.csv"));
+    labelled_csv(&train_csv, 120, labels, 0);
+    labelled_csv(&valid_csv, 30, labels, 1);
+    (train_csv, valid_csv)
+}
+
+/// The text of the first row of a CSV of [`labelled_csv`] that holds `word`.
+fn text_with(csv: &Path, word: &str) -> String {
+    let rows = std::fs::read_to_string(csv).unwrap();
+    let line = rows.lines().find(|l| l.contains(word)).unwrap();
+    line.rsplit_once(',')
+        .unwrap()
+        .0
+        .trim_matches('"')
+        .to_string()
+}
+
 #[test]
 fn classification_learns_labels_that_classify_then_names() {
     let tmp = tempdir("train-cls");
-    let (train_csv, valid_csv) = (tmp.join("train.csv"), tmp.join("valid.csv"));
     let labels = [("merry", "comedy"), ("death", "tragedy")];
-    labelled_csv(&train_csv, 120, labels, 0);
-    labelled_csv(&valid_csv, 30, labels, 1);
+    let (train_csv, valid_csv) = labelled_split(&tmp, labels);
     // The fixture is a genre classifier (comedy, history, tragedy): its head and label
     // ids are kept, since they hold the data's labels.
     let out = tmp.join("out");
@@ -264,11 +273,9 @@ fn classification_learns_labels_that_classify_then_names() {
         run.stdout.split_whitespace().nth(1).unwrap().to_string()
     };
     // A validation row of each label.
-    let rows = std::fs::read_to_string(&valid_csv).unwrap();
     for (word, label) in labels {
-        let line = rows.lines().find(|l| l.contains(word)).unwrap();
-        let text = line.rsplit_once(',').unwrap().0.trim_matches('"');
-        assert_eq!(top(&out, text), label, "{text}");
+        let text = text_with(&valid_csv, word);
+        assert_eq!(top(&out, &text), label, "{text}");
     }
 
     // Labels the checkpoint does not have: a new head, and id2label from the data.
@@ -296,10 +303,8 @@ fn classification_learns_labels_that_classify_then_names() {
 #[test]
 fn classification_lora_trains_an_adapter_and_its_head() {
     let tmp = tempdir("train-cls-lora");
-    let (train_csv, valid_csv) = (tmp.join("train.csv"), tmp.join("valid.csv"));
     let labels = [("merry", "pos"), ("death", "neg")];
-    labelled_csv(&train_csv, 120, labels, 0);
-    labelled_csv(&valid_csv, 30, labels, 1);
+    let (train_csv, valid_csv) = labelled_split(&tmp, labels);
     let base = fixture("zoo-encoder", "roberta-tiny");
     let adapter = tmp.join("adapter");
     let run = train(
@@ -353,45 +358,24 @@ fn classification_lora_trains_an_adapter_and_its_head() {
         run.stdout.split_whitespace().nth(1).unwrap().to_string()
     };
     let merged = tmp.join("merged");
-    ok(&[
-        "merge",
-        "--model",
-        path(&base),
-        "--adapter",
-        path(&adapter),
-        "--output",
-        path(&merged),
-    ]);
+    merge(&base, &adapter, &merged);
     saved_as(
         &merged,
         "RobertaForSequenceClassification",
         Some(serde_json::json!({"0": "neg", "1": "pos"})),
     );
-    let rows = std::fs::read_to_string(&valid_csv).unwrap();
     let adapted = ["--model", path(&base), "--adapter", path(&adapter)];
     for (word, label) in labels {
-        let line = rows.lines().find(|l| l.contains(word)).unwrap();
-        let text = line.rsplit_once(',').unwrap().0.trim_matches('"');
-        assert_eq!(top(&adapted, text), label, "{text}");
-        assert_eq!(top(&["--model", path(&merged)], text), label, "{text}");
+        let text = text_with(&valid_csv, word);
+        assert_eq!(top(&adapted, &text), label, "{text}");
+        assert_eq!(top(&["--model", path(&merged)], &text), label, "{text}");
     }
     let input = tmp.join("in.json");
     std::fs::write(&input, r#"{"input_ids": [[0, 5, 6, 7, 8, 2]]}"#).unwrap();
-    let logits = |extra: &[&str], name: &str| {
-        let out = tmp.join(name);
-        let mut argv = vec!["forward", "--input", path(&input), "--output", path(&out)];
-        argv.extend(extra);
-        ok(&argv);
-        flat(&read_json(&out)["logits"])
-    };
-    let a = logits(&adapted, "a.json");
-    let m = logits(&["--model", path(&merged)], "m.json");
+    let a = forward_logits(&input, &tmp.join("a.json"), &adapted);
+    let m = forward_logits(&input, &tmp.join("m.json"), &["--model", path(&merged)]);
     assert_eq!(a.len(), 2);
-    let d = a
-        .iter()
-        .zip(&m)
-        .map(|(p, q)| (p - q).abs())
-        .fold(0f32, f32::max);
+    let d = max_diff(&a, &m);
     assert!(d < 1e-4, "adapter and merged logits differ by {d}");
     std::fs::remove_dir_all(tmp).unwrap();
 }
@@ -696,14 +680,7 @@ fn lora_trains_an_adapter_that_generate_forward_and_merge_read() {
     );
 
     let base = gpt2();
-    let args = [
-        "--prompt",
-        "the cat",
-        "--max-new-tokens",
-        "12",
-        "--temperature",
-        "0",
-    ];
+    let args = GREEDY_CAT;
     let mut with: Vec<&str> = vec![
         "generate",
         "--model",
@@ -721,38 +698,20 @@ fn lora_trains_an_adapter_that_generate_forward_and_merge_read() {
 
     // Merged: the same text, and the logits of the adapter within 1e-4.
     let merged = tmp.join("merged");
-    ok(&[
-        "merge",
-        "--model",
-        path(&base),
-        "--adapter",
-        path(&adapter),
-        "--output",
-        path(&merged),
-    ]);
+    merge(&base, &adapter, &merged);
     assert_eq!(ok_on("generate", &merged, &args).stdout, adapted.stdout);
     let input = tmp.join("in.json");
     std::fs::write(&input, r#"{"input_ids": [[5, 6, 7, 8, 9, 10]]}"#).unwrap();
     let logits = |model: &Path, extra: &[&str], name: &str| {
-        let out = tmp.join(name);
-        let mut argv = vec!["forward", "--model", path(model), "--input", path(&input)];
-        argv.extend(["--output", path(&out)]);
+        let mut argv = vec!["--model", path(model)];
         argv.extend(extra);
-        ok(&argv);
-        let v = read_json(&out);
-        flat(&v["logits"])
+        forward_logits(&input, &tmp.join(name), &argv)
     };
     let a = logits(&base, &["--adapter", path(&adapter)], "a.json");
     let m = logits(&merged, &[], "m.json");
     let b = logits(&base, &[], "b.json");
-    let diff = |x: &[f32], y: &[f32]| {
-        x.iter()
-            .zip(y)
-            .map(|(p, q)| (p - q).abs())
-            .fold(0f32, f32::max)
-    };
-    assert!(diff(&a, &m) < 1e-4, "{}", diff(&a, &m));
-    assert!(diff(&a, &b) > 1e-2, "the adapter changed nothing");
+    assert!(max_diff(&a, &m) < 1e-4, "{}", max_diff(&a, &m));
+    assert!(max_diff(&a, &b) > 1e-2, "the adapter changed nothing");
     std::fs::remove_dir_all(tmp).unwrap();
 }
 
@@ -863,6 +822,35 @@ fn qlora_trains_an_adapter_over_quantized_weights() {
         bad.stderr
     );
     std::fs::remove_dir_all(tmp).unwrap();
+}
+
+/// `zoo merge` of `adapter` over `base`, written to `out`.
+fn merge(base: &Path, adapter: &Path, out: &Path) {
+    ok(&[
+        "merge",
+        "--model",
+        path(base),
+        "--adapter",
+        path(adapter),
+        "--output",
+        path(out),
+    ]);
+}
+
+/// The logits `zoo forward MODEL_ARGS --input INPUT --output OUT` writes, flattened.
+fn forward_logits(input: &Path, out: &Path, model_args: &[&str]) -> Vec<f32> {
+    let mut argv = vec!["forward", "--input", path(input), "--output", path(out)];
+    argv.extend(model_args);
+    ok(&argv);
+    flat(&read_json(out)["logits"])
+}
+
+/// The largest difference between two equally long lists.
+fn max_diff(x: &[f32], y: &[f32]) -> f32 {
+    x.iter()
+        .zip(y)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f32, f32::max)
 }
 
 fn flat(v: &serde_json::Value) -> Vec<f32> {

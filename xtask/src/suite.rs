@@ -788,13 +788,16 @@ fn precision_header(
          `AutoModel::from_pretrained`, as every `zoo` command loads (the `load` program), \
          beside `transformers`' `AutoModel.from_pretrained(dtype=...)` (`load.py`). The \
          figure is the resident memory that loading adds at its peak (high-water mark after, \
-         less the resident memory before) over the weights' bytes in the type loaded; both \
-         sides memory-map the safetensors file, and the mapped pages that were read count \
-         in it. The zoo reads every tensor into its own memory as it loads (the mapped \
-         pages, clean and reclaimable, stay resident until the file is closed); \
-         `transformers` leaves tensors of the stored type as views of the mapped file, read \
-         when first used, so its loading adds almost nothing until the first forward pass, \
-         and it converts (4c) as the zoo does. Rows 4a' to 4e' count what the zoo's \
+         less the resident memory before) over the weights' bytes in the type loaded. The zoo \
+         reads each tensor of the safetensors file with a positioned read into memory of \
+         its own, so the file's pages stay in the kernel's page cache and out of the \
+         process (until 2026-12-04 it memory-mapped the file, and the mapped pages read \
+         stayed resident until it closed: 2.1 to 2.7 ×); the rest of its figure above the \
+         weights is the program's own (code paged in, allocator pages) and, on tch, the \
+         copy each tensor takes on its way into libtorch. `transformers` memory-maps the \
+         file and leaves tensors of the stored type as views of the map, read when first \
+         used, so its loading adds almost nothing until the first forward pass; it \
+         converts (4c) as the zoo does. Rows 4a' to 4e' count what the zoo's \
          program allocates (its counting allocator: the tensors and any copy on the way, \
          not the mapped file), on flex.\n- Method: {} round(s); in a round \
          the zoo's program runs once on each backend, then the PyTorch script once; each \

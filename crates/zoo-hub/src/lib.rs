@@ -191,6 +191,20 @@ impl Detected {
         Ok(input.check()?)
     }
 
+    /// The model's parameter count, with its weights file checked against the
+    /// architecture from the file's headers alone ([`checkpoint::headers_only`]): every
+    /// tensor's name and shape as loading checks them, and the same errors, but nothing is
+    /// read and no weight is allocated, so a checkpoint of any size is described in
+    /// milliseconds (`zoo info`). The size check against the machine's memory, which
+    /// loading makes, is left out: describing a model does not need it to fit.
+    ///
+    /// # Errors
+    /// What [`Self::load`] reports before reading a weight.
+    pub fn inspect(&self, device: &Device) -> Result<usize> {
+        let model = checkpoint::headers_only(|| (self.architecture.load)(&self.dir, device))?;
+        Ok(model.param_count())
+    }
+
     /// Loads the weights onto `device`.
     ///
     /// # Errors

@@ -3,8 +3,9 @@
 //!
 //! - the weights' bytes in that type (parameters × bytes each);
 //! - the process's resident memory added while loading, at its peak (`VmHWM` after,
-//!   less `VmRSS` before), which counts the pages of the memory-mapped safetensors file
-//!   that were read as well as the tensors made from them;
+//!   less `VmRSS` before): the tensors made, any copy on the way, and what the program
+//!   pages in to do it (the safetensors file is read, not memory-mapped, so its pages are
+//!   not the process's);
 //! - the bytes the program allocated above what it held before, at their peak (its
 //!   counting allocator: the tensors and any copy made on the way, not the mapped file);
 //! - the time.

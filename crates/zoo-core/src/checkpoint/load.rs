@@ -42,6 +42,74 @@ pub(crate) fn load_some<M: Module>(
     load(module, tensors, map, path, false)
 }
 
+thread_local! {
+    static HEADERS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every load in it on this thread ([`load_into`], [`load_tensors`]) reading
+/// the weights file's headers only: each tensor's name and shape are checked against the
+/// model as loading checks them, with the same report of every tensor that does not fit,
+/// but no tensor is read, and the model's parameters stay uninitialised, allocating
+/// nothing. A model loaded this way is good for its architecture and parameter count
+/// (`num_params`) and nothing else: running it would initialise random weights.
+///
+/// This is how `zoo info` describes a checkpoint of any size without loading it.
+pub fn headers_only<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            HEADERS_ONLY.with(|h| h.set(self.0));
+        }
+    }
+    let _reset = Reset(HEADERS_ONLY.with(|h| h.replace(true)));
+    f()
+}
+
+/// What the adapter of a headers-only load saw: each parameter's path and the shape of
+/// the file's tensor for it, in the model's layout.
+type Seen = std::sync::Arc<std::sync::Mutex<BTreeMap<String, Vec<usize>>>>;
+
+/// The family's adapter, then a record of the adapted shape and a tensor whose data is
+/// never read (its provider fails, and the applier leaves the parameter as it was).
+#[derive(Clone)]
+struct HeadersOnly {
+    inner: super::keymap::HfAdapter,
+    seen: Seen,
+}
+
+/// The message a headers-only tensor gives when read: the applier files it under its
+/// load errors, which a headers-only load drops.
+const NOT_READ: &str = "headers only: not read";
+
+impl burn::store::ModuleAdapter for HeadersOnly {
+    fn adapt(&self, tensor: PackTensor, ctx: burn::store::ModuleContext<'_>) -> PackTensor {
+        let tensor = self.inner.adapt(tensor, ctx);
+        if let Ok(mut seen) = self.seen.lock() {
+            seen.insert(tensor.name.clone(), tensor.shape.to_vec());
+        }
+        burn::store::bridge::deferred(
+            tensor.name.clone(),
+            tensor.dtype,
+            tensor.shape.clone(),
+            tensor.param_id,
+            || {
+                Err(burn::store::burn_pack::Error::ValidationError(
+                    NOT_READ.into(),
+                ))
+            },
+        )
+    }
+
+    fn get_alternative_param_name(&self, param_name: &str, container_type: &str) -> Option<String> {
+        self.inner
+            .get_alternative_param_name(param_name, container_type)
+    }
+
+    fn clone_box(&self) -> Box<dyn burn::store::ModuleAdapter> {
+        Box::new(self.clone())
+    }
+}
+
 fn load<M: Module>(
     module: &mut M,
     tensors: BTreeMap<String, PackTensor>,
@@ -49,6 +117,7 @@ fn load<M: Module>(
     path: &Path,
     whole: bool,
 ) -> Result<Vec<String>, CheckpointError> {
+    let headers_only = HEADERS_ONLY.with(std::cell::Cell::get);
     let ignore: Vec<regex::Regex> = map
         .ignore
         .iter()
@@ -109,7 +178,10 @@ fn load<M: Module>(
     };
     let model_shapes = shapes.0;
 
-    if whole && let Some(float) = devices.first().and_then(zoo_device::FloatType::of) {
+    if whole
+        && !headers_only
+        && let Some(float) = devices.first().and_then(zoo_device::FloatType::of)
+    {
         crate::validate::model_fits(module.num_params(), float.as_str(), float.bytes()).map_err(
             |e| CheckpointError::TooLarge {
                 path: path.to_path_buf(),
@@ -118,7 +190,36 @@ fn load<M: Module>(
         )?;
     }
     let adapter = map.adapter(Direction::ToBurn);
-    let result = module.apply(renamed, None, Some(Box::new(adapter)), true);
+    let seen = Seen::default();
+    let adapter: Box<dyn burn::store::ModuleAdapter> = if headers_only {
+        Box::new(HeadersOnly {
+            inner: adapter,
+            seen: seen.clone(),
+        })
+    } else {
+        Box::new(adapter)
+    };
+    let mut result = module.apply(renamed, None, Some(adapter), true);
+    if headers_only {
+        // Nothing was read: every tensor found is a load error of its own making, and a
+        // shape is checked here as the applier checks it once it has read the data.
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        result.errors.retain(
+            |e| !matches!(e, ApplyError::LoadError { message, .. } if message.contains(NOT_READ)),
+        );
+        for (module_path, found) in seen {
+            let expected = model_shapes.get(&module_path).cloned().unwrap_or_default();
+            if expected == found {
+                result.applied.push(module_path);
+            } else {
+                result.errors.push(ApplyError::ShapeMismatch {
+                    path: module_path,
+                    expected: expected.into(),
+                    found: found.into(),
+                });
+            }
+        }
+    }
 
     let mut report = TensorReport::default();
     for (module_path, _) in result.missing.iter().filter(|_| whole) {

@@ -9,8 +9,9 @@
 //!
 //! - [`read_config`]: `config.json`, deserialized into the family's config type, with the
 //!   file named in every error;
-//! - [`WeightsFile`]: `model.safetensors`, a sharded `model.safetensors.index.json`, or
-//!   `pytorch_model.bin` read by burn-store's pickle reader, which does not execute pickled
+//! - [`WeightsFile`]: `model.safetensors` or a sharded `model.safetensors.index.json`,
+//!   each tensor read from the file when it loads (not memory-mapped: the process holds
+//!   one copy of the weights), or `pytorch_model.bin` read by burn-store's pickle reader, which does not execute pickled
 //!   code; every float tensor is cast to the float type of the module it loads into
 //!   as it is read (f32, or f16 / bf16 on a device selected for them);
 //! - [`load_into`]: burn-store's key remapping and its PyTorch adapter (which transposes
@@ -32,6 +33,7 @@ mod generation;
 mod keymap;
 mod load;
 pub mod peft;
+mod safetensors_file;
 mod save;
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use burn::module::{
     Lora, Module, ModuleMapper, ModuleVisitor, Param, ParamGroup, QLora, Quantizer,
 };
-use burn::store::{ModuleStore, bridge};
+use burn::store::bridge;
 use burn::tensor::quantization::Calibration;
 use burn::tensor::{Tensor, TensorData};
 use serde::{Deserialize, Serialize};
@@ -798,10 +798,7 @@ pub fn load_adapter<M: Module>(
                 message: m,
             }
         })?;
-    let mut stored = burn::store::SafetensorsStore::from_file(&weights)
-        .get_all_tensors()
-        .cloned()
-        .map_err(|e| bad(e.to_string()))?;
+    let mut stored = WeightsFile::Safetensors(weights.clone()).tensors()?;
     // The factors the model now has, by path, with their shapes.
     let mut params = Params::default();
     model.visit(&mut params);
@@ -860,7 +857,7 @@ mod tests {
         ]);
         std::fs::write(&path, bytes).unwrap();
         let mut store = burn::store::SafetensorsStore::from_file(&path);
-        let tensors = store.get_all_tensors().unwrap();
+        let tensors = burn::store::ModuleStore::get_all_tensors(&mut store).unwrap();
         let z = bridge::to_data(&tensors["z"]).unwrap();
         assert_eq!(z.shape().to_vec(), [2, 3]);
         assert_eq!(

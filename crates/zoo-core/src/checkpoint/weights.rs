@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
+use burn::store::{ModuleStore, PytorchStore, bridge};
 use burn::tensor::quantization::{QuantStore, QuantizedBytes};
 use burn::tensor::{DType, TensorData};
 
@@ -76,10 +76,7 @@ impl WeightsFile {
             });
         }
         match self {
-            Self::Safetensors(p) => SafetensorsStore::from_file(p)
-                .get_all_tensors()
-                .cloned()
-                .map_err(|e| format(e.to_string())),
+            Self::Safetensors(p) => super::safetensors_file::read(p),
             Self::Pytorch(p) => PytorchStore::from_file(p)
                 .get_all_tensors()
                 .cloned()

@@ -102,7 +102,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Architecture, parameter count, dtype and tensors of a checkpoint folder.
+    /// Architecture, parameter count, dtype and tensors of a checkpoint folder, read from
+    /// its headers: every tensor's name and shape is checked against the architecture,
+    /// and no weight is read or allocated.
     Info {
         /// The checkpoint folder (config.json and its weights), or a hub id (org/name).
         #[arg(long)]
@@ -597,8 +599,10 @@ fn dtype_name(dtype: burn::tensor::DType) -> String {
 }
 
 fn info(dir: &Path, check: bool, device: &Device) -> Result<()> {
-    let model = AutoModel::from_pretrained(dir, device)?;
-    let arch = model.architecture();
+    // From the headers: the weights are checked against the architecture, not read.
+    let detected = Detected::new(dir)?;
+    let params = detected.inspect(device)?;
+    let arch = detected.architecture;
     let file = WeightsFile::find(dir)?;
     let tensors = file.tensors()?;
     let dtypes: BTreeSet<String> = tensors.values().map(|t| dtype_name(t.dtype)).collect();
@@ -611,7 +615,7 @@ fn info(dir: &Path, check: bool, device: &Device) -> Result<()> {
     outln!("model:        {}", dir.display());
     outln!("model_type:   {}", arch.model_type);
     outln!("architecture: {}", arch.name);
-    outln!("parameters:   {}", zoo_core::thousands(model.num_params()));
+    outln!("parameters:   {}", zoo_core::thousands(params));
     let dtypes = dtypes.into_iter().collect::<Vec<_>>().join(", ");
     let computed = match FloatType::of(device) {
         Some(FloatType::F16) => "float16",

@@ -1,0 +1,332 @@
+//! A safetensors file read tensor by tensor: the header is parsed and checked once, and
+//! each tensor's bytes are read from the file (a positioned read) when it is loaded, into
+//! memory of its own.
+//!
+//! burn-store's reader memory-maps the file instead. Every page of the map that loading
+//! touches then stays resident in the process until the file is closed, beside the copy
+//! each backend makes of it, so a loaded model briefly held its weights twice (2.1 to 2.3 ×
+//! their bytes in `docs/precision.md`, rows 4a to 4e). Read this way the process holds one
+//! copy; the file's pages stay in the kernel's page cache, shared and reclaimable, and out
+//! of the process's resident memory.
+//!
+//! The format (a little-endian `u64` header length, a JSON header of `{name: {dtype,
+//! shape, data_offsets}}` and an optional `__metadata__`, then the data) is that of the
+//! safetensors specification.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::store::bridge;
+use burn::store::burn_pack::Error as PackError;
+use burn::tensor::{BoolStore, DType, Shape, TensorData};
+
+use super::{CheckpointError, PackTensor};
+
+/// The largest header read: the safetensors specification's own bound (100 MB).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// One tensor's entry in the header.
+#[derive(serde::Deserialize)]
+struct Entry {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: [u64; 2],
+}
+
+/// The tensors of the safetensors file at `path`, by name, each read when it is loaded.
+///
+/// # Errors
+/// [`CheckpointError::Io`] for a file that cannot be opened or read;
+/// [`CheckpointError::Format`] for a header that is not the format's (too short, too
+/// long, not JSON, an unknown dtype, offsets out of the file or disagreeing with the
+/// shape), naming the tensor.
+pub(super) fn read(path: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+    let io = |e: std::io::Error| CheckpointError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let format = |message: String| CheckpointError::Format {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    let mut len = [0u8; 8];
+    if file_len < 8 {
+        return Err(format(format!(
+            "{file_len} bytes, fewer than the 8 of a safetensors header's length"
+        )));
+    }
+    file.read_exact(&mut len).map_err(io)?;
+    let header_len = u64::from_le_bytes(len);
+    if header_len > MAX_HEADER {
+        return Err(format(format!(
+            "its header claims {header_len} bytes, more than the format's bound of {MAX_HEADER}"
+        )));
+    }
+    if header_len > file_len - 8 {
+        return Err(format(format!(
+            "its header claims {header_len} bytes, but the file has {} after the length",
+            file_len - 8
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header).map_err(io)?;
+    let data_start = 8 + header_len;
+    let data_len = file_len - data_start;
+    let mut json: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|e| format(format!("its header is not a JSON object: {e}")))?;
+    json.remove("__metadata__");
+    let file = Arc::new(file);
+    let mut out = BTreeMap::new();
+    // The format indexes the whole data, without holes or overlaps: checked as the
+    // reference reader checks it, over the tensors in the order of their data.
+    let mut spans: Vec<(u64, u64, String)> = Vec::with_capacity(json.len());
+    for (name, value) in json {
+        let entry: Entry =
+            serde_json::from_value(value).map_err(|e| format(format!("tensor {name:?}: {e}")))?;
+        let dtype = dtype(&entry.dtype)
+            .ok_or_else(|| format(format!("tensor {name:?}: unknown dtype {:?}", entry.dtype)))?;
+        let [begin, end] = entry.data_offsets;
+        let bytes = entry
+            .shape
+            .iter()
+            .try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
+        let fits = end >= begin && end <= data_len;
+        if !fits || bytes != Some(end - begin) {
+            return Err(format(format!(
+                "tensor {name:?} of shape {:?} in {}: its data_offsets [{begin}, {end}] {}",
+                entry.shape,
+                entry.dtype,
+                if fits {
+                    format!(
+                        "hold {} bytes, not {}",
+                        end - begin,
+                        bytes.unwrap_or(u64::MAX)
+                    )
+                } else {
+                    format!("are not within the {data_len} bytes of data")
+                }
+            )));
+        }
+        spans.push((begin, end, name.clone()));
+        let (file, shape) = (Arc::clone(&file), entry.shape.clone());
+        let offset = data_start + begin;
+        let size = (end - begin) as usize;
+        let tensor = bridge::deferred(
+            name.clone(),
+            dtype,
+            Shape::from(entry.shape),
+            None,
+            move || {
+                let mut bytes = vec![0u8; size];
+                read_at(&file, &mut bytes, offset)
+                    .map_err(|e| PackError::IoError(e.to_string()))?;
+                Ok(TensorData::from_bytes_vec(bytes, shape.clone(), dtype))
+            },
+        );
+        out.insert(name, tensor);
+    }
+    spans.sort();
+    let mut covered = 0;
+    for (begin, end, name) in spans {
+        if begin != covered {
+            return Err(format(format!(
+                "tensor {name:?}'s data begins at byte {begin}, not at {covered} where the \
+                 data before it ends"
+            )));
+        }
+        covered = end;
+    }
+    if covered != data_len {
+        return Err(format(format!(
+            "its tensors cover {covered} bytes of data, but the file has {data_len}"
+        )));
+    }
+    Ok(out)
+}
+
+/// The Burn type of a safetensors dtype name, for the types a checkpoint holds.
+fn dtype(name: &str) -> Option<DType> {
+    Some(match name {
+        "F64" => DType::F64,
+        "F32" => DType::F32,
+        "F16" => DType::F16,
+        "BF16" => DType::BF16,
+        "I64" => DType::I64,
+        "I32" => DType::I32,
+        "I16" => DType::I16,
+        "I8" => DType::I8,
+        "U64" => DType::U64,
+        "U32" => DType::U32,
+        "U8" => DType::U8,
+        "BOOL" => DType::Bool(BoolStore::Native),
+        _ => return None,
+    })
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, buf, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::store::ModuleStore;
+
+    /// A safetensors file of `header` (a JSON object) and `data`.
+    fn file(header: &serde_json::Value, data: &[u8]) -> Vec<u8> {
+        let json = header.to_string().into_bytes();
+        let mut out = (json.len() as u64).to_le_bytes().to_vec();
+        out.extend(json);
+        out.extend(data);
+        out
+    }
+
+    fn written(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("zoo-safetensors-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("model.safetensors");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn error(name: &str, bytes: &[u8]) -> String {
+        let path = written(name, bytes);
+        let e = read(&path).err().expect("a malformed file is refused");
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+        e.to_string()
+    }
+
+    /// Three tensors of three types, with metadata, read back as burn-store's own
+    /// (memory-mapping) reader reads them, value for value.
+    #[test]
+    fn tensors_read_as_burn_stores_reader_reads_them() {
+        let half: Vec<u8> = [1.5f32, -2.0, 0.25]
+            .iter()
+            .flat_map(|v| burn::tensor::f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let f32s: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let ids: Vec<u8> = [7i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut data = f32s.clone();
+        data.extend(&half);
+        data.extend(&ids);
+        let header = serde_json::json!({
+            "__metadata__": {"format": "pt"},
+            "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+            "h": {"dtype": "F16", "shape": [3], "data_offsets": [16, 22]},
+            "ids": {"dtype": "I64", "shape": [2], "data_offsets": [22, 38]},
+        });
+        let path = written("three", &file(&header, &data));
+        let ours = read(&path).unwrap();
+        let theirs = burn::store::SafetensorsStore::from_file(&path)
+            .get_all_tensors()
+            .unwrap()
+            .clone();
+        assert_eq!(
+            ours.keys().collect::<Vec<_>>(),
+            theirs.keys().collect::<Vec<_>>()
+        );
+        for (name, tensor) in &ours {
+            let (a, b) = (
+                bridge::to_data(tensor).unwrap(),
+                bridge::to_data(&theirs[name]).unwrap(),
+            );
+            assert_eq!(a.shape(), b.shape(), "{name}");
+            assert_eq!(a.dtype(), b.dtype(), "{name}");
+            assert_eq!(a.as_bytes(), b.as_bytes(), "{name}");
+        }
+        let w = bridge::to_data(&ours["w"]).unwrap();
+        assert_eq!(w.try_to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0]);
+        let h = bridge::to_data(&ours["h"]).unwrap().convert::<f32>();
+        assert_eq!(h.try_to_vec::<f32>().unwrap(), [1.5, -2.0, 0.25]);
+        let ids = bridge::to_data(&ours["ids"]).unwrap();
+        assert_eq!(ids.try_to_vec::<i64>().unwrap(), [7, -1]);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    /// Each way a header can be wrong is refused with what is wrong, by name and number.
+    #[test]
+    fn malformed_headers_are_refused_by_name() {
+        assert!(error("short", &[1, 2, 3]).contains("3 bytes, fewer than the 8"));
+        let mut long = 1_000u64.to_le_bytes().to_vec();
+        long.extend(b"{}");
+        assert!(
+            error("long", &long).contains("claims 1000 bytes, but the file has 2"),
+            "{}",
+            error("long", &long)
+        );
+        let huge = u64::MAX.to_le_bytes();
+        assert!(error("huge", &huge).contains("more than the format's bound of 100000000"));
+        let mut not_json = 3u64.to_le_bytes().to_vec();
+        not_json.extend(b"[1]");
+        assert!(error("json", &not_json).contains("its header is not a JSON object"));
+        let fp8 =
+            serde_json::json!({"x": {"dtype": "F8_E4M3", "shape": [2], "data_offsets": [0, 2]}});
+        assert!(
+            error("fp8", &file(&fp8, &[0, 0])).contains("tensor \"x\": unknown dtype \"F8_E4M3\"")
+        );
+        let past =
+            serde_json::json!({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}});
+        let message = error("past", &file(&past, &[0; 8]));
+        assert!(
+            message.contains("tensor \"x\" of shape [4] in F32: its data_offsets [0, 16] are not within the 8 bytes of data"),
+            "{message}"
+        );
+        let wrong =
+            serde_json::json!({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}});
+        let message = error("wrong", &file(&wrong, &[0; 8]));
+        assert!(message.contains("hold 8 bytes, not 12"), "{message}");
+        let overflow = serde_json::json!({"x": {"dtype": "F32", "shape": [u64::MAX, 4], "data_offsets": [0, 8]}});
+        let message = error("overflow", &file(&overflow, &[0; 8]));
+        assert!(
+            message.contains("hold 8 bytes, not 18446744073709551615"),
+            "{message}"
+        );
+        let gap = serde_json::json!({
+            "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+            "y": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
+        });
+        let message = error("gap", &file(&gap, &[0; 12]));
+        assert!(
+            message.contains("tensor \"y\"'s data begins at byte 8, not at 4"),
+            "{message}"
+        );
+        let tail = serde_json::json!({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}});
+        let message = error("tail", &file(&tail, &[0; 12]));
+        assert!(
+            message.contains("cover 4 bytes of data, but the file has 12"),
+            "{message}"
+        );
+        let missing = serde_json::json!({"x": {"dtype": "F32", "shape": [2]}});
+        let message = error("missing", &file(&missing, &[0; 8]));
+        assert!(
+            message.contains("tensor \"x\": missing field `data_offsets`"),
+            "{message}"
+        );
+    }
+}

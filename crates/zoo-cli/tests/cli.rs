@@ -43,6 +43,17 @@ fn shape(v: &Value) -> Vec<usize> {
 
 /// `zoo COMMAND --model MODEL --input INPUT --output OUTPUT EXTRA...`.
 fn zoo_io(command: &str, model: &Path, input: &Path, output: &Path, extra: &[&str]) -> Run {
+    zoo(&io_args(command, model, input, output, extra))
+}
+
+/// The arguments `COMMAND --model MODEL --input INPUT --output OUTPUT EXTRA...`.
+fn io_args<'a>(
+    command: &'a str,
+    model: &'a Path,
+    input: &'a Path,
+    output: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         command,
         "--model",
@@ -53,7 +64,7 @@ fn zoo_io(command: &str, model: &Path, input: &Path, output: &Path, extra: &[&st
         output.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    zoo(&args)
+    args
 }
 
 /// Runs `forward` on `input` and checks each named output against `expected.json`'s.
@@ -1131,17 +1142,13 @@ fn encoder_adapters_from_peft_run_through_forward_and_classify() {
     let (inp, out) = (tmp.join("in.json"), tmp.join("out.json"));
     let input = json!({"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]});
     std::fs::write(&inp, input.to_string()).unwrap();
-    ok(&[
+    ok(&io_args(
         "forward",
-        "--model",
-        base.to_str().unwrap(),
-        "--adapter",
-        adapter.to_str().unwrap(),
-        "--input",
-        inp.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+        &base,
+        &inp,
+        &out,
+        &["--adapter", adapter.to_str().unwrap()],
+    ));
     let got = read_json(&out);
     let want: Vec<f32> = e["logits"]["values"]
         .as_array()
@@ -2593,6 +2600,7 @@ fn bad_input_is_one_line_naming_the_problem() {
 /// tests' processes do not count).
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, which `Child::wait` cannot replace
 fn zoo_peak_rss(args: &[&str]) -> (Option<i32>, String, u64) {
     use std::io::Read;
     let mut child = Command::new(env!("CARGO_BIN_EXE_zoo"))
@@ -2730,15 +2738,7 @@ fn info_reads_headers_only_and_still_checks_every_shape() {
     let input = tmp.join("ids.json");
     std::fs::write(&input, json!({"input_ids": [[1, 2, 3]]}).to_string()).unwrap();
     let out = tmp.join("out.json");
-    let (status, stderr, forward) = zoo_peak_rss(&[
-        "forward",
-        "--model",
-        dir.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ]);
+    let (status, stderr, forward) = zoo_peak_rss(&io_args("forward", &dir, &input, &out, &[]));
     assert_eq!(status, Some(0), "{stderr}");
     eprintln!(
         "peak resident memory: info on the fixture {:.0} MiB, info on the {:.0} MiB checkpoint \

@@ -214,7 +214,9 @@ mod tests {
 
     fn error(name: &str, bytes: &[u8]) -> String {
         let path = written(name, bytes);
-        let e = read(&path).err().expect("a malformed file is refused");
+        let Err(e) = read(&path) else {
+            panic!("{name}: a malformed file is refused")
+        };
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
         e.to_string()
     }

@@ -8,7 +8,8 @@
 //! unfinished ones run on. The search stops by [`EarlyStopping`]; the best finished
 //! hypothesis is the result. With one beam it is greedy decoding.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use crate::error::CoreError;
 use crate::generate::{check_banned, check_ids, read_logits};

@@ -11,7 +11,8 @@
 //! device only the logits it samples from.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use web_time::Instant;
 
 use rand::{Rng, SeedableRng};
 

@@ -34,6 +34,7 @@ mod keymap;
 mod load;
 pub mod peft;
 mod safetensors_file;
+pub use safetensors_file::from_bytes as safetensors_from_bytes;
 mod save;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -48,19 +47,70 @@ pub(super) fn read(path: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpoi
         path: path.to_path_buf(),
         message: e.to_string(),
     };
+    let file = File::open(path).map_err(io)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    parse(path, Source::File(Arc::new(file)), file_len)
+}
+
+/// The tensors of a safetensors file held in memory (fetched by a web page, say), by
+/// name; `name` stands for the file in errors. Each tensor is copied out of `bytes` when it
+/// is loaded.
+///
+/// # Errors
+/// [`CheckpointError::Format`] for a header that is not the format's; see [`read`].
+pub fn from_bytes(
+    name: &Path,
+    bytes: Arc<[u8]>,
+) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+    let len = bytes.len() as u64;
+    parse(name, Source::Bytes(bytes), len)
+}
+
+/// Where a safetensors file's bytes are.
+#[derive(Clone)]
+enum Source {
+    File(Arc<File>),
+    Bytes(Arc<[u8]>),
+}
+
+impl Source {
+    /// Fills `buf` from byte `offset` on.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Self::File(file) => read_at(file, buf, offset),
+            Self::Bytes(bytes) => {
+                let src = usize::try_from(offset)
+                    .ok()
+                    .and_then(|at| bytes.get(at..at.checked_add(buf.len())?))
+                    .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The tensors of `source`, `file_len` bytes long; `path` names it in errors.
+fn parse(
+    path: &Path,
+    source: Source,
+    file_len: u64,
+) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+    let io = |e: std::io::Error| CheckpointError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
     let format = |message: String| CheckpointError::Format {
         path: path.to_path_buf(),
         message,
     };
-    let mut file = File::open(path).map_err(io)?;
-    let file_len = file.metadata().map_err(io)?.len();
     let mut len = [0u8; 8];
     if file_len < 8 {
         return Err(format(format!(
             "{file_len} bytes, fewer than the 8 of a safetensors header's length"
         )));
     }
-    file.read_exact(&mut len).map_err(io)?;
+    source.read_at(&mut len, 0).map_err(io)?;
     let header_len = u64::from_le_bytes(len);
     if header_len > MAX_HEADER {
         return Err(format(format!(
@@ -74,13 +124,12 @@ pub(super) fn read(path: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpoi
         )));
     }
     let mut header = vec![0u8; header_len as usize];
-    file.read_exact(&mut header).map_err(io)?;
+    source.read_at(&mut header, 8).map_err(io)?;
     let data_start = 8 + header_len;
     let data_len = file_len - data_start;
     let mut json: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
         .map_err(|e| format(format!("its header is not a JSON object: {e}")))?;
     json.remove("__metadata__");
-    let file = Arc::new(file);
     let mut out = BTreeMap::new();
     // The format indexes the whole data, without holes or overlaps: checked as the
     // reference reader checks it, over the tensors in the order of their data.
@@ -113,7 +162,7 @@ pub(super) fn read(path: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpoi
             )));
         }
         spans.push((begin, end, name.clone()));
-        let (file, shape) = (Arc::clone(&file), entry.shape.clone());
+        let (source, shape) = (source.clone(), entry.shape.clone());
         let offset = data_start + begin;
         let size = (end - begin) as usize;
         let tensor = bridge::deferred(
@@ -123,7 +172,8 @@ pub(super) fn read(path: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpoi
             None,
             move || {
                 let mut bytes = vec![0u8; size];
-                read_at(&file, &mut bytes, offset)
+                source
+                    .read_at(&mut bytes, offset)
                     .map_err(|e| PackError::IoError(e.to_string()))?;
                 Ok(TensorData::from_bytes_vec(bytes, shape.clone(), dtype))
             },
@@ -171,6 +221,14 @@ fn dtype(name: &str) -> Option<DType> {
 #[cfg(unix)]
 fn read_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+/// Elsewhere (wasm32, where no file opens), a seek and a read.
+#[cfg(not(any(unix, windows)))]
+fn read_at(mut file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    file.seek(SeekFrom::Start(offset))?;
+    file.read_exact(buf)
 }
 
 #[cfg(windows)]

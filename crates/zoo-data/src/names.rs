@@ -54,6 +54,29 @@ pub fn encode_name(vocab: &CharVocab, name: &str) -> Result<Vec<usize>> {
     vocab.encode(&format!("${name}$"))
 }
 
+/// The prompt of a name that begins with `prefix` (empty for any name): `$prefix` as ids.
+///
+/// # Errors
+/// A character outside the vocabulary (the lower-case letters), named.
+pub fn name_prompt(vocab: &CharVocab, prefix: &str) -> Result<Vec<usize>> {
+    vocab.encode(&format!("${prefix}"))
+}
+
+/// The name that `prefix` and the tokens sampled after it spell: the tokens up to the
+/// first end symbol `$`.
+///
+/// # Errors
+/// An id outside the vocabulary.
+pub fn sampled_name(vocab: &CharVocab, prefix: &str, sampled: &[usize]) -> Result<String> {
+    let end = vocab.id('$');
+    let body: Vec<usize> = sampled
+        .iter()
+        .copied()
+        .take_while(|&c| Some(c) != end)
+        .collect();
+    Ok(format!("{prefix}{}", vocab.decode(&body)?))
+}
+
 /// The full-sequence form: one item per name, input `$name`, targets `name$`.
 ///
 /// # Errors
@@ -100,6 +123,19 @@ pub fn prefix_items(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prompts_and_sampled_names() {
+        let v = CharVocab::names();
+        assert_eq!(name_prompt(&v, "").unwrap(), vec![0]);
+        assert_eq!(name_prompt(&v, "mb").unwrap(), vec![0, 13, 2]);
+        let err = name_prompt(&v, "Ma").unwrap_err().to_string();
+        assert!(err.contains('M'), "{err}");
+        // Tokens after the first end symbol are not part of the name.
+        assert_eq!(sampled_name(&v, "ma", &[18, 11, 0, 1, 2]).unwrap(), "mark");
+        assert_eq!(sampled_name(&v, "", &[1, 2]).unwrap(), "ab");
+        assert!(sampled_name(&v, "", &[27]).is_err());
+    }
 
     #[test]
     fn both_forms() {

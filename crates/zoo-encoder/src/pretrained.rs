@@ -13,6 +13,7 @@
 //! `config.json`'s `model_type` picks the layout.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use burn::module::Module;
 use burn::tensor::Device;
@@ -186,12 +187,15 @@ impl Target {
 /// `dir/config.json` in BERT's names (its layout's [`Layout::config_names`] renamed),
 /// validated, with the file named in any error.
 fn read_config(dir: &Path) -> Result<BertConfig> {
-    let path = dir.join("config.json");
+    parse_config(checkpoint::read_config(dir)?, &dir.join("config.json"))
+}
+
+/// A `config.json`'s JSON (from the file at `path`) in BERT's names, validated.
+fn parse_config(mut json: Value, path: &Path) -> Result<BertConfig> {
     let bad = |message: String| CheckpointError::Config {
-        path: path.clone(),
+        path: path.to_path_buf(),
         message,
     };
-    let mut json: Value = checkpoint::read_config(dir)?;
     let layout = layout(json.get("model_type").and_then(Value::as_str));
     if let Some(map) = json.as_object_mut() {
         for (theirs, ours) in layout.config_names {
@@ -279,12 +283,16 @@ fn save<M: Module>(
 /// Whether the checkpoint in `dir` has pooler weights (bare or prefixed), its names read
 /// as BERT's.
 fn has_pooler(dir: &Path, cfg: &BertConfig) -> Result<bool> {
+    Ok(pooler_in(WeightsFile::find(dir)?.tensors()?.keys(), cfg))
+}
+
+/// Whether tensors of these names include pooler weights, read as in [`has_pooler`].
+fn pooler_in<'a>(names: impl IntoIterator<Item = &'a String>, cfg: &BertConfig) -> bool {
     let map = KeyMap::new().dialect(layout(cfg.model_type.as_deref()).dialect);
-    let tensors = WeightsFile::find(dir)?.tensors()?;
-    Ok(tensors
-        .keys()
+    names
+        .into_iter()
         .map(|k| map.family_name(k))
-        .any(|k| k == "pooler.dense.weight" || k == "bert.pooler.dense.weight"))
+        .any(|k| k == "pooler.dense.weight" || k == "bert.pooler.dense.weight")
 }
 
 impl BertModel {
@@ -304,6 +312,29 @@ impl BertModel {
             dir,
             Target::Base,
         )
+    }
+
+    /// Loads an HF BERT checkpoint held in memory (fetched by a web page, say): the text of
+    /// its `config.json` and the bytes of its `model.safetensors`, as
+    /// [`BertModel::from_pretrained`] reads them from a folder.
+    ///
+    /// # Errors
+    /// An invalid config, a malformed safetensors file, or tensors that do not fit, named
+    /// as `config.json` and `model.safetensors`.
+    pub fn from_memory(config_json: &str, weights: Arc<[u8]>, device: &Device) -> Result<Self> {
+        let path = Path::new("config.json");
+        let json: Value =
+            serde_json::from_str(config_json).map_err(|e| CheckpointError::Config {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        let cfg = parse_config(json, path)?;
+        let name = Path::new("model.safetensors");
+        let tensors = checkpoint::safetensors_from_bytes(name, weights)?;
+        let mut model = cfg.init(pooler_in(tensors.keys(), &cfg), device)?;
+        let map = Target::Base.key_map(layout(cfg.model_type.as_deref()));
+        checkpoint::load_tensors(&mut model, tensors, &map, name)?;
+        Ok(model)
     }
 
     /// Writes the model as an HF `BertModel` checkpoint folder.

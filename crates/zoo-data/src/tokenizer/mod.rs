@@ -61,7 +61,12 @@ fn guarded<T, E: std::fmt::Display>(
 fn read_tokenizer_json(path: &std::path::Path) -> Result<tokenizers::Tokenizer> {
     let what = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| tok_err(&what, e))?;
-    serde_json::from_str::<serde::de::IgnoredAny>(&text)
-        .map_err(|e| tok_err(&what, format!("not valid JSON: {e}")))?;
-    guarded(&what, || text.parse::<tokenizers::Tokenizer>())
+    parse_tokenizer_json(&what, &text)
+}
+
+/// A `tokenizer.json`'s text parsed; `what` names it in errors.
+fn parse_tokenizer_json(what: &str, text: &str) -> Result<tokenizers::Tokenizer> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map_err(|e| tok_err(what, format!("not valid JSON: {e}")))?;
+    guarded(what, || text.parse::<tokenizers::Tokenizer>())
 }

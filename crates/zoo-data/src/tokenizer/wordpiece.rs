@@ -147,6 +147,15 @@ impl BertTokenizer {
         Self::wrap(inner, max_len)
     }
 
+    /// Parses the text of a `tokenizer.json` held in memory (fetched by a web page, say);
+    /// `name` stands for the file in errors. See [`BertTokenizer::from_file`].
+    ///
+    /// # Errors
+    /// Text that does not parse, or a vocabulary without BERT's special tokens.
+    pub fn from_json(name: &str, text: &str, max_len: usize) -> Result<Self> {
+        Self::wrap(super::parse_tokenizer_json(name, text)?, max_len)
+    }
+
     /// Builds BERT's tokenizer from a `vocab.txt` (one token per line, the id is the line
     /// number): BERT's normalizer (lower-casing and accent stripping when `lowercase`),
     /// its pre-tokenizer, WordPiece, and `[CLS] A [SEP] (B [SEP])`.

@@ -35,6 +35,15 @@ struct Args {
     /// Names to sample.
     #[arg(long, default_value_t = 20)]
     samples: usize,
+    /// Sample names that begin with these letters.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Sampling temperature.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sample among the k likeliest letters only.
+    #[arg(long, default_value_t = 10)]
+    top_k: usize,
     /// Seed of the split, the model and the sampler.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -62,7 +71,14 @@ fn run(args: Args) -> Result<(), Error> {
             .as_ref()
             .ok_or("--sample-only needs --checkpoint DIR")?;
         let (model, _) = load_model(dir, &device)?;
-        for name in sample(&model, args.samples, 0.8, 10, args.seed)? {
+        for name in sample(
+            &model,
+            &args.prefix,
+            args.samples,
+            args.temperature,
+            args.top_k,
+            args.seed,
+        )? {
             println!("{name}");
         }
         return Ok(());
@@ -90,7 +106,14 @@ fn run(args: Args) -> Result<(), Error> {
         save_model(&out.model, &settings.model, dir)?;
         println!("saved the model to {}", dir.display());
     }
-    let names = sample(&out.model, args.samples, 0.8, 10, args.seed)?;
+    let names = sample(
+        &out.model,
+        &args.prefix,
+        args.samples,
+        args.temperature,
+        args.top_k,
+        args.seed,
+    )?;
     let novel = novelty(&names, &out.train_names);
     println!(
         "trained {} epochs in {secs:.1} s on {}",

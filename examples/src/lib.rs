@@ -291,29 +291,38 @@ pub mod names {
         })
     }
 
-    /// Samples `n` names (temperature, top-k) from `$`, one batch.
+    /// Samples `n` names that begin with `prefix` (empty for any) at `temperature` and
+    /// `top_k`, in one batch; the web page samples the same way.
     ///
     /// # Errors
-    /// Invalid settings.
+    /// Invalid settings, or a prefix with a character other than `a`..`z`.
     pub fn sample(
         model: &DecoderLm,
+        prefix: &str,
         n: usize,
         temperature: f64,
         top_k: usize,
         seed: u64,
     ) -> Result<Vec<String>, Error> {
+        use zoo_data::names::{name_prompt, sampled_name};
         let vocab = CharVocab::names();
-        let start = vocab.id('$').expect("'$' is in the names vocabulary");
-        let cfg = GenerationConfig::sampling(model.max_len() - 1, temperature, seed)
+        let prompt = name_prompt(&vocab, prefix)?;
+        let end = vocab.id('$').expect("'$' is in the names vocabulary");
+        if prompt.len() >= model.max_len() {
+            return Err(format!(
+                "prefix {prefix:?} leaves no room: the model reads at most {} symbols, the \
+                 start symbol included",
+                model.max_len()
+            )
+            .into());
+        }
+        let cfg = GenerationConfig::sampling(model.max_len() - prompt.len(), temperature, seed)
             .with_top_k(top_k)
-            .with_stop_tokens(vec![start]);
-        let out = generate(model, &vec![vec![start]; n], &cfg, |_, _| {})?;
+            .with_stop_tokens(vec![end]);
+        let out = generate(model, &vec![prompt; n], &cfg, |_, _| {})?;
         out.tokens
             .iter()
-            .map(|t| {
-                let body: Vec<usize> = t.iter().copied().take_while(|&c| c != start).collect();
-                Ok(vocab.decode(&body)?)
-            })
+            .map(|t| Ok(sampled_name(&vocab, prefix, t)?))
             .collect()
     }
 

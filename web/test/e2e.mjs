@@ -1,0 +1,143 @@
+// The browser test: serves the built page, drives headless Chromium through it as a
+// person would (types a prefix and samples names, enters sentences and compares them),
+// checks what the page showed against the native programs' output, takes a screenshot,
+// then times the page against the native timings and prints the ratios. What the page
+// showed is written as JSON. `cargo xtask web --test` runs the native programs and then
+// this script.
+//
+//   node web/test/e2e.mjs SETTINGS_JSON OUT_JSON SCREENSHOT_PNG
+import { readFileSync, writeFileSync } from "node:fs";
+import { chromium } from "playwright-core";
+import { serve } from "../serve.mjs";
+
+const [settingsPath, outPath, screenshotPath] = process.argv.slice(2);
+const s = JSON.parse(readFileSync(settingsPath, "utf8"));
+const server = await serve({ dist: s.dist, minilm: s.minilm });
+const browser = await chromium.launch({
+  executablePath: s.chromium,
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+  ],
+});
+const out = { console: [] };
+try {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 1250 } });
+  page.on("console", (m) => out.console.push(`${m.type()}: ${m.text()}`));
+  page.on("pageerror", (e) => out.console.push(`pageerror: ${e.message}`));
+  const t0 = Date.now();
+  await page.goto(server.url);
+  await page.waitForFunction(() => window.zoo?.ready, null, { timeout: 300_000 });
+  out.pageLoadMs = Date.now() - t0;
+  out.loadMs = await page.evaluate(() => window.zoo.loadMs);
+  const load = await page.evaluate(() => ({ ...window.zoo, call: undefined }));
+  if (load.errors.length) throw new Error(`the page failed to load: ${load.errors.join("; ")}`);
+  Object.assign(out, {
+    backend: load.backend,
+    namesLoadMs: load.namesLoadMs,
+    minilmLoadMs: load.minilmLoadMs,
+  });
+
+  await page.fill("#prefix", s.prefix);
+  await page.fill("#temperature", String(s.temperature));
+  await page.fill("#top-k", String(s.topK));
+  await page.fill("#count", String(s.samples));
+  await page.fill("#seed", String(s.seed));
+  await page.click("#sample");
+  await page.waitForFunction(() => window.zoo.names || window.zoo.errors.length, null, {
+    timeout: 300_000,
+  });
+  await page.fill("#sentences", s.sentences.join("\n"));
+  await page.click("#compare");
+  await page.waitForFunction(() => window.zoo.similarity || window.zoo.errors.length, null, {
+    timeout: 300_000,
+  });
+  const done = await page.evaluate(() => ({ ...window.zoo, call: undefined }));
+  if (done.errors.length) throw new Error(`the page reported: ${done.errors.join("; ")}`);
+  out.names = done.names;
+  out.similarity = done.similarity;
+  out.shown = {
+    names: await page.locator("#names-out div").allTextContents(),
+    namesStatus: await page.textContent("#names-status"),
+    simStatus: await page.textContent("#sim-status"),
+  };
+  await page.screenshot({ path: screenshotPath, fullPage: true });
+  check(out, s);
+
+  // Timed runs through the page's worker, three of each, the median kept.
+  out.bench = await page.evaluate(
+    async (s) => {
+      const med = (xs) => xs.sort((a, b) => a - b)[1];
+      const namesMs = [];
+      const embedMs = [];
+      const sentences = Array.from({ length: s.benchSentences }, (_, i) => s.sentences[i % s.sentences.length]);
+      for (let i = 0; i < 3; i++) {
+        const r = await window.zoo.call("sample", {
+          prefix: s.prefix, n: s.benchNames, temperature: s.temperature, topK: s.topK, seed: s.seed + i,
+        });
+        namesMs.push(r.ms);
+        embedMs.push((await window.zoo.call("embed", { sentences })).ms);
+      }
+      return {
+        namesPerSecond: s.benchNames / (med(namesMs) / 1000),
+        embeddingsPerSecond: s.benchSentences / (med(embedMs) / 1000),
+      };
+    },
+    s,
+  );
+  report(out, s);
+} catch (e) {
+  out.error = String(e?.message ?? e);
+} finally {
+  await browser.close();
+  server.close();
+}
+writeFileSync(outPath, JSON.stringify(out, null, 1));
+
+/// Throws unless the page's names equal the native run's and its embeddings are within
+/// 1e-4 of `zoo embed`'s.
+function check(out, s) {
+  const native = readFileSync(s.nativeNames, "utf8").split("\n").filter((l) => l.trim());
+  const page = out.names.names;
+  const shown = out.shown.names;
+  if (JSON.stringify(page) !== JSON.stringify(native) || JSON.stringify(shown) !== JSON.stringify(native)) {
+    throw new Error(`names differ from the native run's:\n page:   ${page.join(" ")}\n shown:  ${shown.join(" ")}\n native: ${native.join(" ")}`);
+  }
+  console.log(`web: the page's ${page.length} names equal the native run's: ${page.join(" ")}`);
+  const want = JSON.parse(readFileSync(s.nativeEmbeddings, "utf8")).embeddings.flat(Infinity);
+  const got = out.similarity.embeddings;
+  if (want.length !== got.length) {
+    throw new Error(`the page gave ${got.length} embedding values, zoo embed ${want.length}`);
+  }
+  let worst = 0;
+  want.forEach((w, i) => (worst = Math.max(worst, Math.abs(w - got[i]))));
+  out.maxEmbeddingDiff = worst;
+  if (!(worst <= 1e-4)) {
+    throw new Error(`embeddings differ from zoo embed's by up to ${worst}, more than 1e-4`);
+  }
+  console.log(`web: the page's ${got.length / out.similarity.width} embeddings are within ${worst.toExponential(1)} of zoo embed's (bound 1e-4)`);
+}
+
+/// Prints the page's timings beside the native ones, as ratios of time (page / native).
+function report(out, s) {
+  const n = s.native;
+  const nativeLoad = n.namesProcessSecs + n.embedProcessSecs;
+  const lines = [
+    ["load, to both models ready", `${(out.loadMs / 1000).toFixed(2)} s`, `${nativeLoad.toFixed(2)} s`, (out.loadMs / 1000) / nativeLoad],
+    [`names sampled (${s.benchNames} a run)`, `${out.bench.namesPerSecond.toFixed(0)}/s`, `${n.namesPerSecond.toFixed(0)}/s`, n.namesPerSecond / out.bench.namesPerSecond],
+    [`sentences embedded (${s.benchSentences} a run)`, `${out.bench.embeddingsPerSecond.toFixed(1)}/s`, `${n.embeddingsPerSecond.toFixed(1)}/s`, n.embeddingsPerSecond / out.bench.embeddingsPerSecond],
+  ];
+  console.log("web: the page (wasm32, flex, one thread) against the native flex build, time ratio page / native:");
+  for (const [what, page, native, ratio] of lines) {
+    console.log(`  ${what.padEnd(34)} page ${page.padStart(9)}   native ${native.padStart(9)}   ${ratio.toFixed(2)}`);
+  }
+  out.ratios = Object.fromEntries(lines.map(([what, , , ratio]) => [what, ratio]));
+}
+if (out.error) {
+  console.error(`error: ${out.error}`);
+  process.exit(1);
+}

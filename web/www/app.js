@@ -1,0 +1,184 @@
+// The page: sends work to the worker (worker.js) and draws what comes back. What it
+// measured is kept in `window.zoo` for the browser test.
+const worker = new Worker("worker.js", { type: "module" });
+const pending = new Map();
+let nextId = 1;
+const letterHandlers = new Map();
+
+worker.onmessage = (event) => {
+  const m = event.data;
+  if (m.kind === "letter") {
+    letterHandlers.get(m.id)?.(m.row, m.letter);
+    return;
+  }
+  const waiter = pending.get(m.id);
+  if (!waiter) return;
+  pending.delete(m.id);
+  letterHandlers.delete(m.id);
+  if (m.kind === "error") waiter.reject(new Error(m.message));
+  else waiter.resolve(m.result);
+};
+
+function call(kind, args = {}, onLetter = null) {
+  const id = nextId++;
+  if (onLetter) letterHandlers.set(id, onLetter);
+  return new Promise((resolve, reject) => {
+    pending.set(id, { resolve, reject });
+    worker.postMessage({ id, kind, ...args });
+  });
+}
+
+const $ = (id) => document.getElementById(id);
+// `call` is there for the browser test's timed runs.
+const zoo = (window.zoo = { ready: false, errors: [], call });
+
+function showError(target, error) {
+  const el = $(target);
+  el.classList.add("error");
+  el.textContent = `error: ${error.message}`;
+  zoo.errors.push(error.message);
+}
+
+async function sampleNames() {
+  const out = $("names-out");
+  const status = $("names-status");
+  status.classList.remove("error");
+  out.textContent = "";
+  const prefix = $("prefix").value.trim().toLowerCase();
+  const n = Number($("count").value);
+  const rows = [];
+  for (let i = 0; i < n; i++) {
+    const div = document.createElement("div");
+    div.textContent = prefix;
+    out.appendChild(div);
+    rows.push(div);
+  }
+  status.textContent = "sampling…";
+  $("sample").disabled = true;
+  try {
+    const r = await call(
+      "sample",
+      {
+        prefix,
+        n,
+        temperature: Number($("temperature").value),
+        topK: Number($("top-k").value),
+        seed: Number($("seed").value),
+      },
+      (row, letter) => {
+        if (letter !== "$") rows[row].textContent += letter;
+      },
+    );
+    r.names.forEach((name, i) => (rows[i].textContent = name));
+    const secs = r.ms / 1000;
+    status.textContent = `${r.names.length} names in ${secs.toFixed(2)} s: ` +
+      `${(r.names.length / secs).toFixed(1)} names/s, ${(r.letters / secs).toFixed(0)} letters/s`;
+    zoo.names = { ...r, prefix, namesPerSecond: r.names.length / secs };
+  } catch (e) {
+    showError("names-status", e);
+  } finally {
+    $("sample").disabled = false;
+  }
+}
+
+function drawHeatmap(sim, n) {
+  const canvas = $("heatmap");
+  const ctx = canvas.getContext("2d");
+  const cell = canvas.width / n;
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < n; j++) {
+      const v = Math.max(0, Math.min(1, sim[i * n + j]));
+      // White at 0 to deep blue at 1.
+      const c = Math.round(255 * (1 - v));
+      ctx.fillStyle = `rgb(${c}, ${Math.round(120 + 135 * (1 - v))}, 255)`;
+      ctx.fillRect(j * cell, i * cell, cell, cell);
+      ctx.fillStyle = v > 0.55 ? "white" : "black";
+      ctx.font = `${Math.max(10, Math.min(16, cell / 4))}px system-ui`;
+      ctx.textAlign = "center";
+      ctx.textBaseline = "middle";
+      ctx.fillText(sim[i * n + j].toFixed(2), (j + 0.5) * cell, (i + 0.5) * cell);
+    }
+  }
+}
+
+function drawTable(sentences, sim) {
+  const n = sentences.length;
+  const short = (s) => (s.length > 28 ? s.slice(0, 27) + "…" : s);
+  let html = "<table class=sim><tr><th></th>";
+  for (let j = 0; j < n; j++) html += `<th>${j + 1}</th>`;
+  html += "</tr>";
+  for (let i = 0; i < n; i++) {
+    html += `<tr><th title="${sentences[i].replace(/"/g, "&quot;")}">${i + 1}. ${short(sentences[i])
+      .replace(/&/g, "&amp;").replace(/</g, "&lt;")}</th>`;
+    for (let j = 0; j < n; j++) html += `<td>${sim[i * n + j].toFixed(3)}</td>`;
+    html += "</tr>";
+  }
+  $("sim-table").innerHTML = html + "</table>";
+}
+
+async function compare() {
+  const status = $("sim-status");
+  status.classList.remove("error");
+  const sentences = $("sentences").value.split("\n").map((s) => s.trim()).filter((s) => s);
+  if (sentences.length === 0) {
+    showError("sim-status", new Error("type at least one sentence"));
+    return;
+  }
+  $("compare").disabled = true;
+  status.textContent = "embedding…";
+  try {
+    const r = await call("embed", { sentences });
+    drawHeatmap(r.similarity, sentences.length);
+    drawTable(sentences, r.similarity);
+    const secs = r.ms / 1000;
+    status.textContent = `${sentences.length} sentences embedded in ${secs.toFixed(2)} s: ` +
+      `${(sentences.length / secs).toFixed(1)} embeddings/s (width ${r.width})`;
+    zoo.similarity = { ...r, sentences, embeddingsPerSecond: sentences.length / secs };
+  } catch (e) {
+    showError("sim-status", e);
+  } finally {
+    $("compare").disabled = false;
+  }
+}
+
+async function start() {
+  $("gpu").textContent = navigator.gpu
+    ? "This browser has WebGPU; this build computes on flex, on the CPU."
+    : "This browser has no WebGPU.";
+  try {
+    const t0 = performance.now();
+    const ready = await call("init");
+    $("backend").textContent = `${ready.backend} (wasm32, SIMD128)`;
+    zoo.backend = ready.backend;
+    const [namesLoad, minilmLoad] = [
+      call("loadNames", { base: "names-model" }),
+      call("loadMinilm", { base: "minilm" }),
+    ];
+    try {
+      const r = await namesLoad;
+      zoo.namesLoadMs = r.ms;
+      $("names-status").textContent = `model loaded in ${r.ms.toFixed(0)} ms`;
+      $("sample").disabled = false;
+    } catch (e) {
+      showError("names-status", e);
+    }
+    try {
+      const r = await minilmLoad;
+      zoo.minilmLoadMs = r.ms;
+      $("sim-status").textContent = `model loaded in ${(r.ms / 1000).toFixed(2)} s ` +
+        `(${(r.bytes / 2 ** 20).toFixed(0)} MiB of weights)`;
+      $("compare").disabled = false;
+    } catch (e) {
+      showError("sim-status", e);
+    }
+    zoo.loadMs = performance.now() - t0;
+  } catch (e) {
+    showError("names-status", e);
+  }
+  zoo.ready = true;
+}
+
+$("sample").addEventListener("click", sampleNames);
+$("compare").addEventListener("click", compare);
+start();

@@ -66,10 +66,14 @@ pub(crate) fn check_documented_commands(root: &Path) -> Result<()> {
     }
 }
 
-/// The files whose command lines users copy: the READMEs of the workspace, its crates and
-/// its examples, and the example sources (their `//!` headers show how to run them).
+/// The files whose command lines users copy: the READMEs of the workspace, its crates,
+/// its examples and the web page, and the example sources (their `//!` headers show how to run them).
 pub(crate) fn documented_commands_files(root: &Path) -> Result<Vec<PathBuf>> {
     let mut files = vec![root.join("README.md")];
+    let web = root.join("web/README.md");
+    if web.is_file() {
+        files.push(web);
+    }
     for folder in ["crates", "examples"] {
         let mut pending = vec![root.join(folder)];
         while let Some(dir) = pending.pop() {

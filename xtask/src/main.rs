@@ -174,6 +174,7 @@ mod tests {
             "README.md",
             "examples/names/README.md",
             "examples/names/main.rs",
+            "web/README.md",
         ] {
             assert!(
                 files.contains(&root.join(expected)),

@@ -116,17 +116,9 @@ fn ensure_packages() -> Result<()> {
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         command
     };
-    if run_checked(
-        &mut apt(&["install", "-y"]).args(&missing),
-        "apt-get install",
-    )
-    .is_err()
-    {
+    if run_checked(apt(&["install", "-y"]).args(&missing), "apt-get install").is_err() {
         run_checked(&mut apt(&["update"]), "apt-get update")?;
-        run_checked(
-            &mut apt(&["install", "-y"]).args(&missing),
-            "apt-get install",
-        )?;
+        run_checked(apt(&["install", "-y"]).args(&missing), "apt-get install")?;
     }
     Ok(())
 }
@@ -152,7 +144,7 @@ fn wasm_bindgen_cli(cargo_env: &CargoEnv) -> Result<PathBuf> {
         ]);
         install
             .arg(&root)
-            .current_dir(&root.parent().unwrap_or(&root));
+            .current_dir(root.parent().unwrap_or(&root));
         run_checked(&mut install, "cargo install wasm-bindgen-cli")?;
     }
     Ok(bin)
@@ -462,4 +454,33 @@ fn browser_test(cargo_env: &CargoEnv, page: &Path) -> Result<bool> {
         eprintln!("error: {e}");
         Ok(false)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_is_the_version_the_crate_pins() {
+        let manifest = fs::read_to_string(workspace_root().join("web/Cargo.toml")).unwrap();
+        let pin = format!("wasm-bindgen = \"={WASM_BINDGEN}\"");
+        assert!(manifest.contains(&pin), "web/Cargo.toml lacks {pin}");
+    }
+
+    #[test]
+    fn sentences_as_json() {
+        assert_eq!(json_string("a \"b\"\\\n"), "\"a \\\"b\\\"\\\\\\u000a\"");
+        let json = sentences_json(7);
+        assert!(json.starts_with("{\"sentences\": [\"A man is playing a guitar.\", "));
+        assert_eq!(json.matches("A man is playing a guitar.").count(), 2);
+        assert_eq!(json.matches("\", \"").count(), 6);
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let err = web(&["--serve".into(), "x80".into()]).unwrap_err();
+        assert!(err.contains("\"x80\""), "{err}");
+        let err = web(&["--fast".into()]).unwrap_err();
+        assert!(err.contains("--fast") && err.contains(USAGE), "{err}");
+    }
 }

@@ -57,7 +57,8 @@ pub(super) fn read(path: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpoi
 /// is loaded.
 ///
 /// # Errors
-/// [`CheckpointError::Format`] for a header that is not the format's; see [`read`].
+/// [`CheckpointError::Format`] for a header that is not the format's (its length, JSON, a dtype,
+/// offsets that do not match a shape or leave gaps), naming `name`.
 pub fn from_bytes(
     name: &Path,
     bytes: Arc<[u8]>,

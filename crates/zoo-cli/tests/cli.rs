@@ -2632,9 +2632,9 @@ fn zoo_peak_rss(args: &[&str]) -> (Option<i32>, String, u64) {
 /// safetensors file is sparse: a real header over data the file system never stored, so a
 /// 0.8 GB checkpoint costs no disk. Returns the weights' bytes.
 #[cfg(target_os = "linux")]
-fn sparse_gpt2(dir: &Path, n_embd: usize, n_layer: usize) -> u64 {
+fn sparse_gpt2(dir: &Path, n_embd: usize, n_layer: usize, vocab: usize) -> u64 {
     let mut cfg: Value = read_json(&gpt2().join("config.json"));
-    let (vocab, positions) = (30_000usize, 1024usize);
+    let positions = 1024usize;
     cfg["n_embd"] = json!(n_embd);
     cfg["n_layer"] = json!(n_layer);
     cfg["n_head"] = json!(n_embd / 64);
@@ -2696,7 +2696,7 @@ fn sparse_gpt2(dir: &Path, n_embd: usize, n_layer: usize) -> u64 {
 fn info_reads_headers_only_and_still_checks_every_shape() {
     let tmp = tempdir("headers-only");
     let dir = tmp.join("gpt2-sparse");
-    let weights = sparse_gpt2(&dir, 1024, 14);
+    let weights = sparse_gpt2(&dir, 1024, 14, 30_000);
     let params = weights / 4;
     assert!(weights > 800_000_000, "{weights}");
     let (status, stderr, baseline) = zoo_peak_rss(&["info", "--model", gpt2().to_str().unwrap()]);
@@ -2755,5 +2755,41 @@ fn info_reads_headers_only_and_still_checks_every_shape() {
         mib(baseline),
         mib(weights)
     );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// A tensor larger than one wgpu buffer can hold is refused by name before anything is
+/// read: the embedding table of a GPT-2 with 40,000 tokens at width 1024 takes 156 MiB,
+/// over the 128 MiB that lavapipe binds (it panicked inside the runtime before). Control:
+/// the backends with no such bound load the same folder and run it.
+#[test]
+fn a_tensor_larger_than_one_wgpu_buffer_is_refused_by_name() {
+    let tmp = tempdir("buffer-bound");
+    let dir = tmp.join("gpt2-wide-vocab");
+    sparse_gpt2(&dir, 1024, 1, 40_000);
+    let input = tmp.join("ids.json");
+    std::fs::write(&input, json!({"input_ids": [[1, 2, 3]]}).to_string()).unwrap();
+    let out = tmp.join("out.json");
+    let run = zoo_io("forward", &dir, &input, &out, &[]);
+    if test_backend() == BackendName::Wgpu {
+        assert_eq!(run.status, Some(1), "{}", run.stderr);
+        assert!(
+            run.stderr.starts_with("error: ")
+                && run
+                    .stderr
+                    .contains("tensor transformer.wte.weight [40000, 1024] takes 156.")
+                && run.stderr.contains("that one buffer holds on wgpu"),
+            "{}",
+            run.stderr
+        );
+        assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+        assert!(!out.exists());
+    } else {
+        assert_eq!(run.status, Some(0), "{}", run.stderr);
+        // Every weight is zero (a sparse file), so every logit is.
+        let logits: Value = read_json(&out);
+        assert_eq!(shape(&logits["logits"]), [1, 3, 40_000]);
+        assert!(flat(&logits["logits"]).iter().all(|&x| x == 0.0));
+    }
     std::fs::remove_dir_all(&tmp).unwrap();
 }

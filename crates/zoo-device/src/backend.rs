@@ -163,6 +163,25 @@ pub fn check_quantization(device: &Device, bits: u32) -> Result<(), String> {
     }
 }
 
+/// The most bytes one tensor may take on `device`, where its backend bounds it, else
+/// `None`. wgpu holds a tensor in one storage buffer, and the adapter bounds what one
+/// buffer binding can address (the smaller of `max_storage_buffer_binding_size` and
+/// `max_buffer_size`); a larger tensor fails inside the runtime. flex, ndarray and
+/// libtorch state no bound. Opens the device.
+pub fn max_tensor_bytes(device: &Device) -> Option<u64> {
+    #[cfg(feature = "wgpu")]
+    {
+        use burn_dispatch::DispatchDevice;
+        use burn_dispatch::devices::CubeDevice;
+        let device = device.clone().without_autodiff();
+        if let DispatchDevice::Cube(cube @ CubeDevice::Wgpu(_)) = device.as_dispatch() {
+            return Some(cube.client().properties().memory.max_page_size);
+        }
+    }
+    let _ = device;
+    None
+}
+
 /// Whether Burn 0.22.1 implements collective operations (the all-reduce of distributed
 /// data-parallel training) on this device: only CubeCL CUDA does; on other devices the
 /// all-reduce would panic inside a worker thread.

@@ -163,6 +163,21 @@ fn load<M: Module>(
             None => t,
         })
         .collect();
+    // A tensor larger than the backend's one-buffer bound (wgpu) would fail inside the
+    // runtime once uploaded: name it here instead, before anything is read.
+    if !headers_only
+        && let Some(device) = devices.first()
+        && let Some(limit) = zoo_device::max_tensor_bytes(device)
+    {
+        let backend = zoo_device::BackendName::of(device).map_or("this backend", |b| b.as_str());
+        let sizes = kept
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.to_vec(), t.dtype));
+        check_tensor_bytes(sizes, limit, backend).map_err(|message| CheckpointError::TooLarge {
+            path: path.to_path_buf(),
+            message,
+        })?;
+    }
     let file_shapes: BTreeMap<String, Vec<usize>> = kept
         .iter()
         .map(|t| (t.name.clone(), t.shape.to_vec()))
@@ -259,6 +274,39 @@ fn load<M: Module>(
     }
 }
 
+/// The first of `tensors` (name, shape, type as loaded) that takes more than `limit`
+/// bytes, the most one tensor may take on `backend`, as a sentence naming it. Quantized
+/// tensors are not counted: their blocks are stored apart from their scales.
+fn check_tensor_bytes<'a>(
+    tensors: impl IntoIterator<Item = (&'a str, Vec<usize>, DType)>,
+    limit: u64,
+    backend: &str,
+) -> Result<(), String> {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    for (name, shape, dtype) in tensors {
+        if matches!(dtype, DType::QFloat(_)) {
+            continue;
+        }
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64))
+            .unwrap_or(u64::MAX);
+        if bytes > limit {
+            let half = dtype.size() > 2 && bytes / dtype.size() as u64 * 2 <= limit;
+            return Err(format!(
+                "tensor {name} {shape:?} takes {:.1} MiB in {}, more than the {:.1} MiB that \
+                 one buffer holds on {backend} with this adapter; load it {}on flex, tch or \
+                 cuda",
+                mib(bytes),
+                format!("{dtype:?}").to_lowercase(),
+                mib(limit),
+                if half { "in half precision, or " } else { "" }
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every parameter's path (enum variants left out, as the loader names them) and shape,
 /// from `Param::lazy_shape`: nothing is initialised or read.
 struct LazyShapes(BTreeMap<String, Vec<usize>>, Vec<String>);
@@ -330,6 +378,32 @@ mod tests {
     use burn::nn::LinearConfig;
     use zoo_device::test_device;
     use zoo_device::testing::floats;
+
+    #[test]
+    fn a_tensor_over_the_backends_bound_is_named() {
+        let tensors = [
+            ("wpe", vec![1024, 64], DType::F32),
+            ("wte", vec![50_257, 1024], DType::F32),
+            ("head", vec![50_257, 1024, 1 << 40, 1 << 30], DType::F32),
+        ];
+        let limit = 128 << 20;
+        let err = check_tensor_bytes(tensors.clone(), limit, "wgpu").unwrap_err();
+        assert_eq!(
+            err,
+            "tensor wte [50257, 1024] takes 196.3 MiB in f32, more than the 128.0 MiB that one \
+             buffer holds on wgpu with this adapter; load it in half precision, or on flex, tch \
+             or cuda"
+        );
+        // In half precision it fits; a product that overflows still counts as too large.
+        let half = [("wte", vec![50_257, 1024], DType::F16)];
+        assert!(check_tensor_bytes(half, limit, "wgpu").is_ok());
+        let err = check_tensor_bytes(tensors.into_iter().skip(2), limit, "wgpu").unwrap_err();
+        assert!(err.starts_with("tensor head "), "{err}");
+        assert!(err.ends_with("; load it on flex, tch or cuda"), "{err}");
+        assert!(
+            check_tensor_bytes([("wte", vec![50_257, 1024], DType::F32)], 1 << 30, "wgpu").is_ok()
+        );
+    }
 
     /// Loading reads the model's shapes without initialising its parameters, so a model
     /// built for loading never holds random weights beside the loaded ones; Burn's

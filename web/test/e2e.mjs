@@ -67,6 +67,23 @@ try {
   };
   await page.screenshot({ path: screenshotPath, fullPage: true });
   check(out, s);
+  // Negative controls: the same check rejects the names out of order, and one embedding
+  // value moved by 2e-4 (twice the bound).
+  const moved = out.similarity.embeddings.map((x, i) => (i === 0 ? x + 2e-4 : x));
+  const controls = [
+    ["the names reversed", { ...out, names: { ...out.names, names: [...out.names.names].reverse() } }],
+    ["one embedding value moved by 2e-4", { ...out, similarity: { ...out.similarity, embeddings: moved } }],
+  ];
+  for (const [what, bad] of controls) {
+    let rejected = false;
+    try {
+      check(bad, s, true);
+    } catch {
+      rejected = true;
+    }
+    if (!rejected) throw new Error(`the check accepted ${what}`);
+  }
+  console.log("web: negative controls: the check rejects the names reversed and an embedding moved by 2e-4");
 
   // Timed runs through the page's worker, s.benchRuns of each, the median kept.
   out.bench = await page.evaluate(
@@ -99,15 +116,15 @@ try {
 writeFileSync(outPath, JSON.stringify(out, null, 1));
 
 /// Throws unless the page's names equal the native run's and its embeddings are within
-/// 1e-4 of `zoo embed`'s.
-function check(out, s) {
+/// 1e-4 of `zoo embed`'s; `quiet` for the negative controls, which print nothing.
+function check(out, s, quiet = false) {
   const native = readFileSync(s.nativeNames, "utf8").split("\n").filter((l) => l.trim());
   const page = out.names.names;
   const shown = out.shown.names;
   if (JSON.stringify(page) !== JSON.stringify(native) || JSON.stringify(shown) !== JSON.stringify(native)) {
     throw new Error(`names differ from the native run's:\n page:   ${page.join(" ")}\n shown:  ${shown.join(" ")}\n native: ${native.join(" ")}`);
   }
-  console.log(`web: the page's ${page.length} names equal the native run's: ${page.join(" ")}`);
+  if (!quiet) console.log(`web: the page's ${page.length} names equal the native run's: ${page.join(" ")}`);
   const want = JSON.parse(readFileSync(s.nativeEmbeddings, "utf8")).embeddings.flat(Infinity);
   const got = out.similarity.embeddings;
   if (want.length !== got.length) {
@@ -119,7 +136,7 @@ function check(out, s) {
   if (!(worst <= 1e-4)) {
     throw new Error(`embeddings differ from zoo embed's by up to ${worst}, more than 1e-4`);
   }
-  console.log(`web: the page's ${got.length / out.similarity.width} embeddings are within ${worst.toExponential(1)} of zoo embed's (bound 1e-4)`);
+  if (!quiet) console.log(`web: the page's ${got.length / out.similarity.width} embeddings are within ${worst.toExponential(1)} of zoo embed's (bound 1e-4)`);
 }
 
 /// Prints the page's timings beside the native ones, as ratios of time (page / native).

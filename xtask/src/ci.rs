@@ -223,7 +223,8 @@ pub(crate) fn ci() -> Result<bool> {
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The crates a user depends on, in the order `cargo package` takes them.
-pub(crate) const LIBRARY_CRATES: [&str; 11] = [
+pub(crate) const LIBRARY_CRATES: [&str; 12] = [
+    "zoo-kernels",
     "zoo-device",
     "zoo-core",
     "zoo-attention",

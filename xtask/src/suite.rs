@@ -179,12 +179,15 @@ pub fn precision_rows() -> Vec<Row> {
             vec!["--batch", "8", "--len", "128"],
         ),
     ];
-    let variants: [(&str, &[&'static str], &'static [&'static str]); 5] = [
+    let variants: [(&str, &[&'static str], &'static [&'static str]); 6] = [
         ("f32", &[], &["flex", "tch"]),
         ("f16", &["--dtype", "f16"], &["flex"]),
         ("bf16", &["--dtype", "bf16"], &["flex"]),
         ("q8", &["--quantize", "q8"], &["flex"]),
         ("q4", &["--quantize", "q4"], &["flex"]),
+        // The same weights through Burn's own product (zoo-kernels off): dequantized
+        // value by value at every call.
+        ("q8-burn", &["--quantize", "q8", "--no-kernels"], &["flex"]),
     ];
     let mut rows = loading_rows();
     for (id, title, script, args) in &workloads {
@@ -781,8 +784,14 @@ fn precision_header(
          same round.\n- Half-precision and quantized rows run on flex only: libtorch's CPU f16 \
          products took minutes a GPT-2 8 × 128 pass here (one process ran 5 minutes before \
          it was stopped), and burn-tch has no quantized ops; tch runs f32 for reference. \
-         Flex dequantizes each quantized weight before its product (Burn 0.22.1), so those \
-         rows measure storage, not a quantized kernel.\n- Rows 4a to 4e: loading a \
+         Quantized weights on flex take the zoo's product (`zoo-kernels`, through Burn's \
+         backend extension): for up to 8 rows (a decoding step) it multiplies by the 8-bit \
+         values and their scales directly, reading one byte per weight and making no f32 \
+         copy; for more rows it dequantizes the weight in one vectorised pass, then runs \
+         flex's f32 product. The `q8-burn` rows turn it off (`--no-kernels`): Burn 0.22.1's \
+         own path, which dequantizes the whole weight value by value (a block lookup with a \
+         division per value) at every call. Flex keeps 4-bit values one per byte, so q4 runs \
+         and weighs as q8 there.\n- Rows 4a to 4e: loading a \
          checkpoint folder (random weights from seed 0, saved by `transformers`' \
          `save_pretrained` in f32 or f16 by `xtask/bench/write_checkpoint.py`) with \
          `AutoModel::from_pretrained`, as every `zoo` command loads (the `load` program), \
@@ -813,11 +822,12 @@ fn precision_header(
 /// The table of each variant's time over f32's, per workload and backend: the rows of
 /// [`precision_rows`] are `"{workload} {variant}"`.
 fn against_f32(table: &[(Row, Vec<(String, Cell)>)]) -> String {
-    let variants = ["f16", "bf16", "q8", "q4"];
+    let variants = ["f16", "bf16", "q8", "q4", "q8-burn"];
     let mut out = String::from(
         "\n## Against f32 on the same backend\n\nThe zoo's median at each precision over \
-         its median at f32, on the same backend (below 1: faster).\n\n\
-         | workload | backend | f16 | bf16 | q8 | q4 |\n|---|---|---|---|---|---|\n",
+         its median at f32, on the same backend (below 1: faster). `q8-burn` is q8 through \
+         Burn's own product, the zoo's kernel turned off.\n\n\
+         | workload | backend | f16 | bf16 | q8 | q4 | q8-burn |\n|---|---|---|---|---|---|---|\n",
     );
     let find = |workload: &str, variant: &str, backend: &str| -> Option<f64> {
         let (_, cells) = table

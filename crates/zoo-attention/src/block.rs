@@ -27,15 +27,22 @@ use crate::mha::{
 /// libtorch then runs a batched product and a separate bias pass. For GPT-2 small's
 /// `[8, 128, 768] x [768, 2304]` that is 22 ms against 15 ms folded (torch 2.9, 2 threads).
 ///
+/// A weight that Burn quantized takes the zoo's product on flex
+/// ([`zoo_kernels::quant::linear`]) rather than a dequantized copy per call.
+///
 /// # Shapes
 /// - `x`: `[..., D_in]` -> `[..., D_out]`
 pub fn linear_rows<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
-    if D <= 2 {
+    if D < 2 {
         return layer.forward(x);
     }
     let dims = x.dims();
     let rows = dims[..D - 1].iter().product();
-    let out = layer.forward(x.reshape([rows, dims[D - 1]]));
+    let out = zoo_kernels::quant::linear(
+        x.reshape([rows, dims[D - 1]]),
+        layer.weight.val(),
+        layer.bias.as_ref().map(|b| b.val()),
+    );
     let mut out_dims = dims;
     out_dims[D - 1] = out.dims()[1];
     out.reshape(out_dims)

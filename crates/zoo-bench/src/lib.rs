@@ -191,6 +191,10 @@ pub struct Common {
     /// `zoo --quantize` does, in the programs that time a model (gpt2, bert).
     #[arg(long, value_name = "q8|q4")]
     pub quantize: Option<String>,
+    /// Turn the zoo's kernels off (zoo-kernels: the product with quantized weights on
+    /// flex), so that every op takes Burn's own path, for comparison.
+    #[arg(long)]
+    pub no_kernels: bool,
 }
 
 impl Common {
@@ -199,6 +203,9 @@ impl Common {
     /// # Errors
     /// As [`start`].
     pub fn start(&self) -> Result<burn::tensor::Device, String> {
+        if self.no_kernels {
+            zoo_kernels::set_enabled(false);
+        }
         let float: zoo_device::FloatType = self.dtype.parse().map_err(|e| format!("{e}"))?;
         start_as(self.threads, &self.device, float)
     }

@@ -103,6 +103,57 @@ fn quantized_models_stay_near_f32_and_fewer_bits_drift_further() {
     }
 }
 
+/// Turns zoo-kernels back on when dropped, even after a failed assertion. The other tests
+/// of this file hold with either product.
+struct KernelsBackOn;
+
+impl Drop for KernelsBackOn {
+    fn drop(&mut self) {
+        zoo_kernels::set_enabled(true);
+    }
+}
+
+/// The zoo's quantized product (zoo-kernels, on flex) against Burn's dequantize-then-
+/// multiply, through every family's forward pass: the same outputs within 1e-5 of each
+/// output's largest magnitude, at 8 bits per tensor and 4 bits in blocks of 8. On flex the
+/// kernel must have run; elsewhere both runs take Burn's product and agree (within 1e-6: an autotuned GPU kernel may differ between runs).
+#[test]
+fn the_quantized_product_equals_burns_through_every_family() {
+    let device = test_device();
+    let backend = test_backend();
+    if matches!(backend, BackendName::Tch | BackendName::TchCuda) {
+        return; // refused above, in `quantized_models_stay_near_f32...`
+    }
+    let _guard = KernelsBackOn;
+    let mut options = vec![QuantOptions::per_tensor(QuantBits::Q8)];
+    if backend != BackendName::NdArray {
+        options.push(QuantOptions::per_block(QuantBits::Q4, 8));
+    }
+    for (family, name) in FIXTURES {
+        let dir = dir(family, name);
+        let input = input(&zoo_fixtures::expected::<Value>(&dir));
+        for q in &options {
+            let (model, _) = AutoModel::from_pretrained(&dir, &device)
+                .unwrap()
+                .quantize(q, &device)
+                .unwrap();
+            zoo_kernels::set_enabled(false);
+            let burns = model.forward(&input, &device).unwrap();
+            zoo_kernels::set_enabled(true);
+            let before = zoo_kernels::quant::kernel_calls();
+            let ours = model.forward(&input, &device).unwrap();
+            let calls = zoo_kernels::quant::kernel_calls() - before;
+            let errs = relative_errors(&burns, &ours);
+            if backend == BackendName::Flex {
+                assert!(calls > 0, "{name} {q}: the kernel did not run");
+                assert!(errs.iter().all(|e| *e < 1e-5), "{name} {q}: {errs:?}");
+            } else {
+                assert!(errs.iter().all(|e| *e < 1e-6), "{name} {q}: {errs:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_quantization_options_are_refused_in_one_sentence() {
     let device = test_device();

@@ -1,0 +1,44 @@
+//! The zoo's own kernels, added to Burn's backends through its backend extensions
+//! (`#[backend_extension]`, behind Burn's `extension` feature), each with Burn's own
+//! composition of ops kept as the reference and as the path on every other backend.
+//!
+//! - [`quant::linear`]: a linear layer whose weight Burn quantized (`Tensor::quantize`,
+//!   8- or 4-bit symmetric values with f32 scales). On flex, Burn 0.22.1 dequantizes
+//!   the whole weight before each product, one value at a time through a block lookup;
+//!   the kernel here multiplies by the packed values directly for a few rows (decoding a
+//!   token reads one byte per weight instead of four), and for more rows dequantizes in a
+//!   vectorised pass before flex's matrix product.
+//!
+//! Every kernel can be turned off, for comparison: [`set_enabled`], or `ZOO_KERNELS=off`
+//! in the environment.
+#![warn(missing_docs)]
+
+pub mod quant;
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// 0: not decided yet (read the environment); 1: on; 2: off.
+static STATE: AtomicU8 = AtomicU8::new(0);
+static FROM_ENV: OnceLock<bool> = OnceLock::new();
+
+/// Whether the zoo's kernels run where they apply: on unless [`set_enabled`] turned them
+/// off, or `ZOO_KERNELS` is `off` (or `0`, `false`) in the environment.
+pub fn enabled() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => *FROM_ENV.get_or_init(|| {
+            !matches!(
+                std::env::var("ZOO_KERNELS").as_deref(),
+                Ok("off" | "0" | "false")
+            )
+        }),
+    }
+}
+
+/// Turns the zoo's kernels on or off for the whole process, over the environment: with
+/// them off every op takes Burn's own path.
+pub fn set_enabled(on: bool) {
+    STATE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}

@@ -152,12 +152,13 @@ pub fn rows() -> Vec<Row> {
     rows
 }
 
-/// The rows of `cargo xtask bench precision`: GPT-2 small and BERT-base at f32, f16,
-/// bf16, and with q8 and q4 weights (blocks of 32), each beside PyTorch in f32. Half
+/// The rows of `cargo xtask bench precision`: GPT-2 small, a Llama of 100M parameters,
+/// BERT-base and ViT-B/16 at f32, f16, bf16, and with q8 and q4 weights (blocks of 32;
+/// q8 also through Burn's own product), each beside PyTorch in f32. Half
 /// precision runs where the backend has it (flex, tch); quantized weights on flex only
 /// (burn-tch has no quantized ops).
 pub fn precision_rows() -> Vec<Row> {
-    let workloads: [(&str, &str, &str, Vec<&'static str>); 3] = [
+    let workloads: [(&str, &str, &str, Vec<&'static str>); 6] = [
         (
             "1a",
             "GPT-2 small forward, 1 × 128",
@@ -178,6 +179,44 @@ pub fn precision_rows() -> Vec<Row> {
             "bert.py",
             vec!["--batch", "8", "--len", "128"],
         ),
+        (
+            "5",
+            "Llama 100M (from a config) forward, 1 × 128",
+            "gpt2.py",
+            vec![
+                "--model",
+                "llama-100m",
+                "--mode",
+                "forward",
+                "--batch",
+                "1",
+                "--len",
+                "128",
+            ],
+        ),
+        (
+            "6",
+            "Llama 100M greedy generation, KV cache, prompt 16 + 8 new",
+            "gpt2.py",
+            vec![
+                "--model",
+                "llama-100m",
+                "--mode",
+                "generate",
+                "--prompt",
+                "16",
+                "--new",
+                "8",
+                "--runs",
+                "3",
+            ],
+        ),
+        (
+            "7",
+            "ViT-B/16 forward, 1 × 3 × 224 × 224",
+            "vit.py",
+            vec!["--batch", "1"],
+        ),
     ];
     let variants: [(&str, &[&'static str], &'static [&'static str]); 6] = [
         ("f32", &[], &["flex", "tch"]),
@@ -191,7 +230,11 @@ pub fn precision_rows() -> Vec<Row> {
     ];
     let mut rows = loading_rows();
     for (id, title, script, args) in &workloads {
-        let program = if *script == "bert.py" { "bert" } else { "gpt2" };
+        let program = match *script {
+            "bert.py" => "bert",
+            "vit.py" => "vit",
+            _ => "gpt2",
+        };
         let torch_args: Vec<&'static str> = args.clone();
         for (variant, extra, backends) in variants {
             let mut zoo_args = args.clone();
@@ -201,7 +244,11 @@ pub fn precision_rows() -> Vec<Row> {
                 title: leak(format!("{title}, {variant}")),
                 zoo: (program, zoo_args),
                 torch: Some((script, torch_args.clone())),
-                unit: if *id == "2" { "ms/token" } else { "ms" },
+                unit: if matches!(*id, "2" | "6") {
+                    "ms/token"
+                } else {
+                    "ms"
+                },
                 figure: "median",
                 backends: Some(backends),
             });
@@ -775,8 +822,11 @@ fn precision_header(
         "# Precision: half precision and quantized weights\n\n\
          Written by `cargo xtask bench precision` on {date}, in {:.0} min.\n\n\
          - Machine: {}.\n- Versions: Burn {burn}; {versions}.\n- Threads: {} on both \
-         sides (flex's pool, libtorch's and PyTorch's).\n- What runs: the zoo's `gpt2` and \
-         `bert` bench programs (random weights from seed 0) with `--dtype f16|bf16` (the \
+         sides (flex's pool, libtorch's and PyTorch's).\n- What runs: the zoo's `gpt2` (GPT-2 \
+         small, and with `--model llama-100m` a Llama of 100,092,672 parameters built from \
+         a config: width 768, 12 layers, 12 heads over 4 KV heads, SwiGLU 2048, vocabulary \
+         32000, tied head), `bert` (BERT-base) and `vit` (ViT-B/16) bench programs (random \
+         weights from seed 0) with `--dtype f16|bf16` (the \
          device's float type, set before its first tensor) or `--quantize q8|q4` (the linear \
          weights of the layer stacks as Burn's 8- or 4-bit symmetric values, one f32 scale \
          per 32 values; embeddings, heads and norms in f32). PyTorch (`transformers`) runs \

@@ -3,7 +3,7 @@
 //! `--runs`. Its PyTorch counterpart is `xtask/bench/vit.py` (HF `transformers`
 //! `ViTModel`), run with the same shapes and thread count.
 //!
-//! `cargo xtask bench vit [--batch 1] [--runs 5] [--threads 2] [--device flex]`
+//! `cargo xtask bench vit [--batch 1] [--runs 5] [--threads 2] [--device flex] [--dtype f32|f16|bf16] [--quantize q8|q4]`
 
 use burn::tensor::{Distribution, Tensor};
 use clap::Parser;
@@ -27,6 +27,7 @@ fn main() {
     let (args, device) = parse_and_start(|a: &Args| &a.common);
     device.seed(0);
     let model = or_exit(ViTConfig::vit_base_patch16_224().init(false, &device));
+    let model = or_exit(args.common.quantized(model, &device));
     let pixels = Tensor::<4>::random(
         [args.batch, 3, 224, 224],
         Distribution::Normal(0.0, 1.0),

@@ -13,7 +13,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::activation::{gelu, relu, sigmoid, silu, softmax};
+use burn::tensor::activation::{relu, sigmoid, silu, softmax};
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use zoo_core::ConfigError;
@@ -91,12 +91,11 @@ pub enum HiddenAct {
 /// element-wise ops where that one takes a `powf` for the cube and a `tanh`: on the CPU
 /// backends both are scalar library calls per element, and they dominated the time of
 /// GPT-2 training steps.
+///
+/// On flex in f32 it is one fused pass forward and one backward
+/// ([`zoo_kernels::act::gelu_tanh`]); elsewhere the element-wise ops above.
 pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    /// 2 sqrt(2 / pi).
-    const A: f64 = 2.0 * core::f64::consts::FRAC_2_SQRT_PI * core::f64::consts::FRAC_1_SQRT_2;
-    const B: f64 = A * 0.044715;
-    let z = (x.clone() * x.clone() * B + A) * x.clone();
-    x * sigmoid(z)
+    zoo_kernels::act::gelu_tanh(x)
 }
 
 /// The gated activation whose gate non-linearity is `act`.
@@ -124,7 +123,7 @@ impl HiddenAct {
     /// BERT's masked-LM transform, use it directly).
     pub fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
         match self {
-            Self::Gelu => gelu(x),
+            Self::Gelu => zoo_kernels::act::gelu(x),
             Self::GeluTanh => gelu_tanh(x),
             Self::QuickGelu => x.clone() * sigmoid(x * 1.702),
             Self::Relu => relu(x),

@@ -9,10 +9,16 @@
 //!   token reads one byte per weight instead of four), and for more rows dequantizes in a
 //!   vectorised pass before flex's matrix product.
 //!
+//! - [`act::gelu`] and [`act::gelu_tanh`]: GELU, exact and tanh, as one vectorised pass
+//!   forward and one backward (registered with Burn's autodiff), where Burn composes
+//!   scalar `erff` / `expf` calls and five element-wise passes.
+//!
 //! Every kernel can be turned off, for comparison: [`set_enabled`], or `ZOO_KERNELS=off`
 //! in the environment.
 #![warn(missing_docs)]
 
+pub mod act;
+mod math;
 pub mod quant;
 
 use std::sync::OnceLock;
@@ -41,4 +47,22 @@ pub fn enabled() -> bool {
 /// them off every op takes Burn's own path.
 pub fn set_enabled(on: bool) {
     STATE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// Whether `t` is a flex tensor, tracked by autodiff or not.
+#[cfg(feature = "flex")]
+pub(crate) fn on_flex<const D: usize>(t: &burn::tensor::Tensor<D>) -> bool {
+    use burn::backend::DispatchTensorKind;
+    // The other variants exist as the other backends are compiled in.
+    #[allow(unreachable_patterns)]
+    match t.clone().into_dispatch().kind {
+        DispatchTensorKind::Flex(_) => true,
+        DispatchTensorKind::Autodiff(inner) => matches!(*inner, DispatchTensorKind::Flex(_)),
+        _ => false,
+    }
+}
+
+#[cfg(not(feature = "flex"))]
+pub(crate) fn on_flex<const D: usize>(_: &burn::tensor::Tensor<D>) -> bool {
+    false
 }

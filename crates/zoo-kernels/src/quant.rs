@@ -80,16 +80,9 @@ fn takes_kernel(x: &Tensor<2>, weight: &Tensor<2>) -> bool {
     on_flex(x) && on_flex(weight)
 }
 
-#[cfg(feature = "flex")]
+/// A flex tensor outside autodiff.
 fn on_flex(t: &Tensor<2>) -> bool {
-    use burn::backend::{DispatchAutodiffContext, DispatchTensorKind};
-    let d = t.clone().into_dispatch();
-    matches!(d.kind, DispatchTensorKind::Flex(_)) && d.autodiff == DispatchAutodiffContext::Disabled
-}
-
-#[cfg(not(feature = "flex"))]
-fn on_flex(_: &Tensor<2>) -> bool {
-    false
+    crate::on_flex(t) && !t.device().is_autodiff()
 }
 
 #[cfg(feature = "flex")]
@@ -133,69 +126,6 @@ mod flex {
                     <Flex as FloatTensorOps<Flex>>::float_matmul(x, w)
                 }
             }
-        }
-    }
-
-    /// The two inner loops, compiled twice on x86-64: for the baseline, and with AVX2 for
-    /// the CPUs that have it (checked once at run time). Both add and multiply in the same
-    /// order, without fused multiply-adds, so they give the same bits. Calling a function
-    /// compiled for AVX2 is `unsafe`: the one exception to the workspace's rule here.
-    #[allow(unsafe_code)]
-    mod simd {
-        #[inline(always)]
-        fn axpy_body(out: &mut [f32], q: &[i8], scales: &[f32], x: f32, bn: usize) {
-            for ((o, qb), &s) in out.chunks_exact_mut(bn).zip(q.chunks_exact(bn)).zip(scales) {
-                let c = x * s;
-                for (o, &v) in o.iter_mut().zip(qb) {
-                    *o += c * f32::from(v);
-                }
-            }
-        }
-
-        #[inline(always)]
-        fn scale_body(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize) {
-            for ((o, qb), &s) in out.chunks_exact_mut(bn).zip(q.chunks_exact(bn)).zip(scales) {
-                for (o, &v) in o.iter_mut().zip(qb) {
-                    *o = s * f32::from(v);
-                }
-            }
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2")]
-        fn axpy_avx2(out: &mut [f32], q: &[i8], scales: &[f32], x: f32, bn: usize) {
-            axpy_body(out, q, scales, x, bn);
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2")]
-        fn scale_avx2(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize) {
-            scale_body(out, q, scales, bn);
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        fn has_avx2() -> bool {
-            std::arch::is_x86_feature_detected!("avx2")
-        }
-
-        /// `out[j·bn + i] += x · scales[j] · q[j·bn + i]`.
-        pub(super) fn axpy_blocks(out: &mut [f32], q: &[i8], scales: &[f32], x: f32, bn: usize) {
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() {
-                // SAFETY: the CPU has AVX2, checked just above.
-                return unsafe { axpy_avx2(out, q, scales, x, bn) };
-            }
-            axpy_body(out, q, scales, x, bn);
-        }
-
-        /// `out[j·bn + i] = scales[j] · q[j·bn + i]`.
-        pub(super) fn scale_blocks(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize) {
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() {
-                // SAFETY: the CPU has AVX2, checked just above.
-                return unsafe { scale_avx2(out, q, scales, bn) };
-            }
-            scale_body(out, q, scales, bn);
         }
     }
 
@@ -296,7 +226,7 @@ mod flex {
                             if xv == 0.0 {
                                 continue;
                             }
-                            simd::axpy_blocks(out, q_row, s_row, xv, bn);
+                            crate::math::axpy_blocks(out, q_row, s_row, xv, bn);
                         }
                     }
                     acc
@@ -318,7 +248,7 @@ mod flex {
             let q = self.q();
             let mut out = vec![0.0f32; self.k * n];
             out.par_chunks_mut(n).enumerate().for_each(|(r, row)| {
-                simd::scale_blocks(row, &q[r * n..(r + 1) * n], self.row_scales(r), bn);
+                crate::math::scale_blocks(row, &q[r * n..(r + 1) * n], self.row_scales(r), bn);
             });
             out
         }

@@ -128,10 +128,8 @@ impl OffsetRmsNorm {
     /// - `x`: `[..., d_model]` -> same
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
-        let x = x.cast(DType::F32);
-        let rms = (x.clone().square().mean_dim(D - 1) + self.epsilon).sqrt();
         let scale = self.weight.val().cast(DType::F32) + 1.0;
-        ((x / rms) * scale.unsqueeze()).cast(dtype)
+        zoo_kernels::norm::rms_norm(x.cast(DType::F32), scale, self.epsilon).cast(dtype)
     }
 }
 
@@ -181,7 +179,7 @@ impl Norm {
                 (x / rms).cast(dtype) * n.gamma.val().unsqueeze()
             }
             Self::LayerNorm(n) => layer_norm(n, x),
-            Self::RmsNorm(n) => n.forward(x),
+            Self::RmsNorm(n) => zoo_kernels::norm::rms_norm(x, n.gamma.val(), n.epsilon),
             Self::OffsetRmsNorm(n) => n.forward(x),
             Self::Identity(_) => x,
         }
@@ -190,20 +188,39 @@ impl Norm {
 
 /// Burn's [`LayerNorm`], with its statistics and affine map computed in f32 when the
 /// input is half precision (f16 or bf16), and the result narrowed once, as torch's
-/// `layer_norm` does for half inputs. (Burn's own widens f16 only.) Every LayerNorm of
-/// the zoo runs through it.
+/// `layer_norm` does for half inputs. (Burn's own widens f16 only.) In f32 it is
+/// [`zoo_kernels::norm::layer_norm`]: one op forward and one backward on flex in
+/// training, Burn's op elsewhere. Every LayerNorm of the zoo runs through it.
 ///
 /// # Shapes
 /// - `x`: `[..., d_model]` -> same
 pub fn layer_norm<const D: usize>(norm: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
     let dtype = x.dtype();
     if !matches!(dtype, DType::F16 | DType::BF16) {
-        return norm.forward(x);
+        return match layer_norm_epsilon(norm) {
+            Some(epsilon) => zoo_kernels::norm::layer_norm(
+                x,
+                norm.gamma.val(),
+                norm.beta.as_ref().map(|b| b.val()),
+                epsilon,
+            ),
+            None => norm.forward(x),
+        };
     }
     let mut wide = norm.clone();
     wide.gamma = wide.gamma.map(|g| g.cast(DType::F32));
     wide.beta = wide.beta.map(|b| b.map(|b| b.cast(DType::F32)));
     wide.forward(x.cast(DType::F32)).cast(dtype)
+}
+
+/// The epsilon of Burn's [`LayerNorm`]. Burn 0.22.1 keeps the field private and shows
+/// it only among the module's display attributes, written with f64's `Display`, which
+/// reads back to the same bits.
+fn layer_norm_epsilon(norm: &LayerNorm) -> Option<f64> {
+    use burn::module::{Content, DisplaySettings, ModuleDisplay};
+    let content = norm.custom_content(Content::new(DisplaySettings::new()))?;
+    let attribute = content.attributes.iter().find(|a| a.name == "epsilon")?;
+    attribute.value.parse().ok()
 }
 
 /// Where the norm sits around each sub-layer.
@@ -813,6 +830,17 @@ mod tests {
     use burn::tensor::Distribution;
     use zoo_device::test_device;
     use zoo_device::testing::max_abs_diff;
+
+    /// The epsilon read back from Burn's LayerNorm is the configured one, bit for bit,
+    /// for the values the zoo's models use.
+    #[test]
+    fn layer_norm_epsilon_reads_back_exactly() {
+        let dev = test_device();
+        for eps in [1e-5, 1e-12, 1e-6, 1e-7, 0.1, 3.3e-9] {
+            let norm = LayerNormConfig::new(4).with_epsilon(eps).init(&dev);
+            assert_eq!(layer_norm_epsilon(&norm), Some(eps));
+        }
+    }
 
     fn x(b: usize, t: usize, d: usize) -> Tensor<3> {
         Tensor::random([b, t, d], Distribution::Normal(0.0, 1.0), &test_device())

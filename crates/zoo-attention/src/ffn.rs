@@ -13,7 +13,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::activation::{relu, sigmoid, silu, softmax};
+use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Device, IndexingUpdateOp, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use zoo_core::ConfigError;
@@ -127,7 +127,7 @@ impl HiddenAct {
             Self::GeluTanh => gelu_tanh(x),
             Self::QuickGelu => x.clone() * sigmoid(x * 1.702),
             Self::Relu => relu(x),
-            Self::Silu => silu(x),
+            Self::Silu => zoo_kernels::act::silu(x),
         }
     }
 }
@@ -550,6 +550,7 @@ impl FeedForward {
 mod tests {
     use super::*;
     use burn::tensor::Distribution;
+    use burn::tensor::activation::gelu;
     use zoo_device::test_device;
     use zoo_device::testing::{floats, max_abs_diff};
 

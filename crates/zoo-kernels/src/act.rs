@@ -1,4 +1,5 @@
-//! GELU, exact and with the tanh approximation, as one op forward and one op backward.
+//! GELU, exact and with the tanh approximation, and SiLU, each as one op forward and one
+//! op backward.
 //!
 //! Composed from Burn's ops, exact GELU is a scalar `erff` call per element on the CPU
 //! backends, and GELU-tanh is five element-wise passes (`x · sigmoid(x · (A + B x²))`),
@@ -14,13 +15,16 @@
 //! - tanh: `gelu(x) = x s`, `s = sigmoid(z)`, `z = x (A + B x²)`, `A = 2 √(2/π)`,
 //!   `B = 0.044715 A` (Hendrycks and Gimpel, 2016; `x s` is `x (1 + tanh(z / 2)) / 2`);
 //!   `gelu'(x) = s + x s (1 - s) (A + 3 B x²)`.
+//! - SiLU: `silu(x) = x s`, `s = sigmoid(x)`; `silu'(x) = s (1 + x (1 - s))` (Elfwing et
+//!   al., 2018). Burn's is a sigmoid op (a scalar `expf` per element) and a product, two
+//!   recorded ops.
 //!
 //! Elsewhere, in other float types, or with [`crate::enabled`] off, the same functions
 //! compose Burn's ops as before ([`reference_gelu`], [`reference_gelu_tanh`]).
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, backend_extension};
-use burn::tensor::activation::{gelu as burn_gelu, sigmoid};
+use burn::tensor::activation::{gelu as burn_gelu, sigmoid, silu as burn_silu};
 use burn::tensor::{DType, Tensor};
 
 /// `2 √(2/π)`, GELU-tanh's `A`.
@@ -28,7 +32,7 @@ pub const TANH_A: f64 = 2.0 * core::f64::consts::FRAC_2_SQRT_PI * core::f64::con
 /// GELU-tanh's `B`, `0.044715 A`.
 pub const TANH_B: f64 = TANH_A * 0.044715;
 
-/// Burn's backend extension for the two GELUs, forward and backward. Implemented for
+/// Burn's backend extension for the two GELUs and SiLU, forward and backward. Implemented for
 /// flex, and for autodiff over it (the backward registered with Burn's autodiff).
 #[backend_extension(Flex: cfg(feature = "flex"), Autodiff: cfg(feature = "flex"))]
 pub trait GeluOps: Backend {
@@ -40,6 +44,10 @@ pub trait GeluOps: Backend {
         grad: FloatTensor<Self>,
         tanh: bool,
     ) -> FloatTensor<Self>;
+    /// SiLU of every element, `x · sigmoid(x)`.
+    fn fused_silu(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `grad · silu'(x)`, element by element.
+    fn fused_silu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// Exact GELU, `x Φ(x)` (BERT's `"gelu"`): one fused pass on flex in f32, Burn's `gelu`
@@ -58,6 +66,21 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
         return fused(x, true);
     }
     reference_gelu_tanh(x)
+}
+
+/// SiLU, `x · sigmoid(x)` (Llama's `"silu"`, SwiGLU's gate): one fused pass on flex in
+/// f32, [`reference_silu`] elsewhere.
+pub fn silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if takes_kernel(&x) {
+        use burn::backend::Dispatch;
+        return Tensor::from_dispatch(Dispatch::fused_silu(x.into_dispatch()));
+    }
+    reference_silu(x)
+}
+
+/// SiLU from Burn's ops: the reference.
+pub fn reference_silu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    burn_silu(x)
 }
 
 /// Exact GELU from Burn's ops: the reference.
@@ -146,6 +169,28 @@ mod flex {
                 });
             output(out, &x)
         }
+
+        fn fused_silu(x: FlexTensor) -> FlexTensor {
+            let x = contiguous(x);
+            let xs = x.as_slice::<f32>().expect("a contiguous f32 tensor");
+            let mut out = vec![0.0f32; xs.len()];
+            out.par_chunks_mut(CHUNK)
+                .zip(xs.par_chunks(CHUNK))
+                .for_each(|(o, x)| math::silu(x, o));
+            output(out, &x)
+        }
+
+        fn fused_silu_backward(x: FlexTensor, grad: FlexTensor) -> FlexTensor {
+            let (x, grad) = (contiguous(x), contiguous(grad));
+            let xs = x.as_slice::<f32>().expect("a contiguous f32 tensor");
+            let gs = grad.as_slice::<f32>().expect("a contiguous f32 tensor");
+            assert_eq!(xs.len(), gs.len(), "SiLU's gradient has the input's shape");
+            let mut out = vec![0.0f32; xs.len()];
+            out.par_chunks_mut(CHUNK)
+                .zip(xs.par_chunks(CHUNK).zip(gs.par_chunks(CHUNK)))
+                .for_each(|(o, (x, g))| math::silu_backward(x, g, o));
+            output(out, &x)
+        }
     }
 
     mod autodiff {
@@ -159,12 +204,20 @@ mod flex {
 
         use super::super::GeluOps;
 
-        #[derive(Debug)]
-        struct GeluBackward {
-            tanh: bool,
+        /// Which activation a recorded op was.
+        #[derive(Debug, Clone, Copy)]
+        enum Act {
+            Gelu,
+            GeluTanh,
+            Silu,
         }
 
-        impl<B: Backend + GeluOps> Backward<B, 1> for GeluBackward {
+        #[derive(Debug)]
+        struct ActBackward {
+            act: Act,
+        }
+
+        impl<B: Backend + GeluOps> Backward<B, 1> for ActBackward {
             /// The input, all the derivative needs.
             type State = FloatTensor<B>;
 
@@ -175,29 +228,52 @@ mod flex {
                 _checkpointer: &mut Checkpointer,
             ) {
                 let x = ops.state;
-                let tanh = self.tanh;
-                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-                    B::fused_gelu_backward(x, grad, tanh)
+                let act = self.act;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| match act {
+                    Act::Gelu => B::fused_gelu_backward(x, grad, false),
+                    Act::GeluTanh => B::fused_gelu_backward(x, grad, true),
+                    Act::Silu => B::fused_silu_backward(x, grad),
                 });
+            }
+        }
+
+        fn record<B: Backend + GeluOps, C: CheckpointStrategy>(
+            x: FloatTensor<Autodiff<B, C>>,
+            act: Act,
+        ) -> FloatTensor<Autodiff<B, C>> {
+            let forward = |x: FloatTensor<B>| match act {
+                Act::Gelu => B::fused_gelu(x, false),
+                Act::GeluTanh => B::fused_gelu(x, true),
+                Act::Silu => B::fused_silu(x),
+            };
+            match (ActBackward { act })
+                .prepare::<C>([x.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let input = x.primitive().clone();
+                    let out = forward(input.clone());
+                    prep.finish(input, out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive())),
             }
         }
 
         impl<B: Backend + GeluOps, C: CheckpointStrategy> GeluOps for Autodiff<B, C> {
             fn fused_gelu(x: FloatTensor<Self>, tanh: bool) -> FloatTensor<Self> {
-                match (GeluBackward { tanh })
-                    .prepare::<C>([x.node()])
-                    .compute_bound()
-                    .stateful()
-                {
-                    OpsKind::Tracked(prep) => {
-                        let input = x.primitive().clone();
-                        let out = B::fused_gelu(input.clone(), tanh);
-                        prep.finish(input, out)
-                    }
-                    OpsKind::UnTracked(prep) => {
-                        prep.finish(B::fused_gelu(x.into_primitive(), tanh))
-                    }
-                }
+                record::<B, C>(x, if tanh { Act::GeluTanh } else { Act::Gelu })
+            }
+
+            fn fused_silu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+                record::<B, C>(x, Act::Silu)
+            }
+
+            fn fused_silu_backward(
+                _x: FloatTensor<Self>,
+                _grad: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                unreachable!("the backward runs on the inner backend, inside autodiff's backward")
             }
 
             fn fused_gelu_backward(
@@ -215,7 +291,9 @@ mod flex {
 mod tests {
     use burn::tensor::{Device, Distribution, Tensor, TensorData};
 
-    use super::{gelu, gelu_tanh, reference_gelu, reference_gelu_tanh, takes_kernel};
+    use super::{
+        gelu, gelu_tanh, reference_gelu, reference_gelu_tanh, reference_silu, silu, takes_kernel,
+    };
 
     fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
@@ -235,18 +313,20 @@ mod tests {
         Tensor::<1>::from_data(TensorData::new(v, [n]), device).reshape([3, n / 3])
     }
 
-    /// The fused GELUs against Burn's composition, forward and gradient, within 2e-6
-    /// (the polynomial `erf`'s and `exp`'s error, scaled by `x`, and f32 rounding); and
+    /// The fused GELUs and SiLU against Burn's composition, forward and gradient, within
+    /// 2e-6 (the polynomial `erf`'s and `exp`'s error, scaled by `x`, and f32 rounding); and
     /// the two GELUs differ by far more (0.00047 at its largest), so a kernel that mixed
     /// them up would fail.
     #[test]
-    fn fused_gelus_equal_burns_composition_forward_and_backward() {
+    fn fused_activations_equal_burns_composition_forward_and_backward() {
         let d = Device::flex();
         let x = inputs(&d);
         assert!(takes_kernel(&x));
-        let pairs: [(&str, fn(Tensor<2>) -> Tensor<2>, fn(Tensor<2>) -> Tensor<2>); 2] = [
+        type Activation = fn(Tensor<2>) -> Tensor<2>;
+        let pairs: [(&str, Activation, Activation); 3] = [
             ("exact", gelu, reference_gelu),
             ("tanh", gelu_tanh, reference_gelu_tanh),
+            ("silu", silu, reference_silu),
         ];
         for (name, ours, reference) in pairs {
             let err = max_diff(&host(ours(x.clone())), &host(reference(x.clone())));
@@ -255,7 +335,7 @@ mod tests {
             let ad = d.clone().autodiff();
             assert!(takes_kernel(&Tensor::<2>::from_data(x.to_data(), &ad)));
             let w = Tensor::<2>::random(x.dims(), Distribution::Normal(0.0, 1.0), &ad);
-            let grad = |f: fn(Tensor<2>) -> Tensor<2>| {
+            let grad = |f: Activation| {
                 let xa = Tensor::<2>::from_data(x.to_data(), &ad).require_grad();
                 let loss = (f(xa.clone()) * w.clone()).sum();
                 let grads = loss.backward();

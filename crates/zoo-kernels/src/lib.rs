@@ -19,6 +19,7 @@
 
 pub mod act;
 mod math;
+pub mod norm;
 pub mod quant;
 
 use std::sync::OnceLock;

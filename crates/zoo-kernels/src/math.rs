@@ -139,6 +139,140 @@ fn scale_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize) {
 multiversion!(axpy_blocks => axpy_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], x: f32, bn: usize));
 multiversion!(scale_blocks => scale_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize));
 
+/// Lanes of the reductions: eight partial sums, added at the end, so that the compiler
+/// keeps them in one vector register.
+const LANES: usize = 8;
+
+/// `Σ f(a_i, b_i)` over two slices of one length, in [`LANES`] partial sums.
+#[inline(always)]
+fn sum_lanes(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (a_body, a_tail) = a.split_at(a.len() / LANES * LANES);
+    let (b_body, b_tail) = b.split_at(a_body.len());
+    for (a, b) in a_body.chunks_exact(LANES).zip(b_body.chunks_exact(LANES)) {
+        for l in 0..LANES {
+            acc[l] += f(a[l], b[l]);
+        }
+    }
+    let mut total = acc.iter().sum::<f32>();
+    for (&a, &b) in a_tail.iter().zip(b_tail) {
+        total += f(a, b);
+    }
+    total
+}
+
+/// The backward of LayerNorm over rows of `gamma.len()` values: for each row of `x` and
+/// of the output's gradient `grad`, with `x̂ = (x - mean) r`, `r = 1 / √(var + eps)` (the
+/// biased variance, as the forward), `dx = r (g γ - mean(g γ) - x̂ mean(g γ x̂))`; and,
+/// summed over the rows, `dgamma += g x̂`, `dbeta += g`.
+#[inline(always)]
+fn layer_norm_backward_body(
+    x: &[f32],
+    grad: &[f32],
+    gamma: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) {
+    let d = gamma.len();
+    let n = d as f32;
+    for ((x, g), dx) in x
+        .chunks_exact(d)
+        .zip(grad.chunks_exact(d))
+        .zip(dx.chunks_exact_mut(d))
+    {
+        let mean = sum_lanes(x, x, |a, _| a) / n;
+        let var = sum_lanes(x, x, |a, _| (a - mean) * (a - mean)) / n;
+        let r = 1.0 / (var + eps).sqrt();
+        // dx holds g γ for now.
+        for ((o, &g), &w) in dx.iter_mut().zip(g).zip(gamma) {
+            *o = g * w;
+        }
+        let m1 = sum_lanes(dx, x, |gw, _| gw) / n;
+        let m2 = sum_lanes(dx, x, |gw, x| gw * ((x - mean) * r)) / n;
+        for (((o, &x), &g), (dg, db)) in dx
+            .iter_mut()
+            .zip(x)
+            .zip(g)
+            .zip(dgamma.iter_mut().zip(dbeta.iter_mut()))
+        {
+            let xh = (x - mean) * r;
+            *dg += g * xh;
+            *db += g;
+            *o = r * (*o - m1 - xh * m2);
+        }
+    }
+}
+
+multiversion!(layer_norm_backward => layer_norm_backward_body(x: &[f32], grad: &[f32], gamma: &[f32], eps: f32, dx: &mut [f32], dgamma: &mut [f32], dbeta: &mut [f32]));
+
+/// RMSNorm over rows of `gamma.len()` values: `y = x r γ`, `r = 1 / √(mean(x²) + eps)`.
+#[inline(always)]
+fn rms_norm_body(x: &[f32], gamma: &[f32], eps: f32, out: &mut [f32]) {
+    let d = gamma.len();
+    let n = d as f32;
+    for (x, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let r = 1.0 / (sum_lanes(x, x, |a, _| a * a) / n + eps).sqrt();
+        for ((o, &x), &w) in o.iter_mut().zip(x).zip(gamma) {
+            *o = x * r * w;
+        }
+    }
+}
+
+/// The backward of RMSNorm: with `x̂ = x r`, `dx = r (g γ - x̂ mean(g γ x̂))`, and, summed
+/// over the rows, `dgamma += g x̂`.
+#[inline(always)]
+fn rms_norm_backward_body(
+    x: &[f32],
+    grad: &[f32],
+    gamma: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+) {
+    let d = gamma.len();
+    let n = d as f32;
+    for ((x, g), dx) in x
+        .chunks_exact(d)
+        .zip(grad.chunks_exact(d))
+        .zip(dx.chunks_exact_mut(d))
+    {
+        let r = 1.0 / (sum_lanes(x, x, |a, _| a * a) / n + eps).sqrt();
+        for ((o, &g), &w) in dx.iter_mut().zip(g).zip(gamma) {
+            *o = g * w;
+        }
+        let m = sum_lanes(dx, x, |gw, x| gw * (x * r)) / n;
+        for (((o, &x), &g), dg) in dx.iter_mut().zip(x).zip(g).zip(dgamma.iter_mut()) {
+            let xh = x * r;
+            *dg += g * xh;
+            *o = r * (*o - xh * m);
+        }
+    }
+}
+
+multiversion!(rms_norm => rms_norm_body(x: &[f32], gamma: &[f32], eps: f32, out: &mut [f32]));
+multiversion!(rms_norm_backward => rms_norm_backward_body(x: &[f32], grad: &[f32], gamma: &[f32], eps: f32, dx: &mut [f32], dgamma: &mut [f32]));
+
+#[inline(always)]
+fn silu_body(x: &[f32], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(x) {
+        *o = x / (1.0 + exp(-x));
+    }
+}
+
+/// `grad · silu'(x)`, `silu'(x) = s (1 + x (1 - s))`, `s = sigmoid(x)`.
+#[inline(always)]
+fn silu_backward_body(x: &[f32], grad: &[f32], out: &mut [f32]) {
+    for ((o, &x), &g) in out.iter_mut().zip(x).zip(grad) {
+        let s = 1.0 / (1.0 + exp(-x));
+        *o = g * s * (1.0 + x * (1.0 - s));
+    }
+}
+
+multiversion!(silu => silu_body(x: &[f32], out: &mut [f32]));
+multiversion!(silu_backward => silu_backward_body(x: &[f32], grad: &[f32], out: &mut [f32]));
+
 #[cfg(test)]
 mod tests {
     /// The polynomial `exp` and `erf` against the standard library's, over their range.

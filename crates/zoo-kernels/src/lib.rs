@@ -9,15 +9,24 @@
 //!   token reads one byte per weight instead of four), and for more rows dequantizes in a
 //!   vectorised pass before flex's matrix product.
 //!
-//! - [`act::gelu`] and [`act::gelu_tanh`]: GELU, exact and tanh, as one vectorised pass
-//!   forward and one backward (registered with Burn's autodiff), where Burn composes
-//!   scalar `erff` / `expf` calls and five element-wise passes.
+//! - [`act::gelu`], [`act::gelu_tanh`] and [`act::silu`]: GELU, exact and tanh, and SiLU,
+//!   as one vectorised pass forward and one backward (registered with Burn's autodiff),
+//!   where Burn composes scalar `erff` / `expf` calls and up to five element-wise passes.
+//!
+//! - [`norm::layer_norm`] and [`norm::rms_norm`]: LayerNorm with a backward of its own
+//!   (Burn's autodiff decomposes it into eight ops), RMSNorm as one pass each way (Burn
+//!   composes six ops, in inference as well).
+//!
+//! - [`loss::cross_entropy`]: softmax cross-entropy over the vocabulary, with label
+//!   smoothing, one pass over the logits forward and one backward, where Burn's loss
+//!   makes a pass per op of its `log_softmax`, gather and mean, each way.
 //!
 //! Every kernel can be turned off, for comparison: [`set_enabled`], or `ZOO_KERNELS=off`
 //! in the environment.
 #![warn(missing_docs)]
 
 pub mod act;
+pub mod loss;
 mod math;
 pub mod norm;
 pub mod quant;

@@ -254,6 +254,71 @@ fn rms_norm_backward_body(
 multiversion!(rms_norm => rms_norm_body(x: &[f32], gamma: &[f32], eps: f32, out: &mut [f32]));
 multiversion!(rms_norm_backward => rms_norm_backward_body(x: &[f32], grad: &[f32], gamma: &[f32], eps: f32, dx: &mut [f32], dgamma: &mut [f32]));
 
+/// The largest value of a row, in [`LANES`] partial maxima.
+#[inline(always)]
+fn max_lanes(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let body = x.len() / LANES * LANES;
+    for c in x[..body].chunks_exact(LANES) {
+        for l in 0..LANES {
+            acc[l] = acc[l].max(c[l]);
+        }
+    }
+    let m = acc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    x[body..].iter().fold(m, |m, &v| m.max(v))
+}
+
+/// A row's maximum `m` and `Σ exp(x - m)`.
+#[inline(always)]
+fn softmax_stats(x: &[f32]) -> (f32, f32) {
+    let m = max_lanes(x);
+    (m, sum_lanes(x, x, |a, _| exp(a - m)))
+}
+
+/// Cross-entropy of rows of `v` logits against their targets, with label smoothing
+/// `alpha` (the target distribution `(1 - alpha) onehot + alpha / v`, as Burn's):
+/// `loss = lse - (1 - alpha) x_t - (alpha / v) Σ x`, `lse = m + ln Σ exp(x - m)`.
+#[inline(always)]
+fn cross_entropy_body(logits: &[f32], v: usize, targets: &[usize], alpha: f32, losses: &mut [f32]) {
+    for ((x, &t), loss) in logits.chunks_exact(v).zip(targets).zip(losses.iter_mut()) {
+        let (m, s) = softmax_stats(x);
+        let mut l = m + s.ln() - (1.0 - alpha) * x[t];
+        if alpha != 0.0 {
+            l -= alpha / v as f32 * sum_lanes(x, x, |a, _| a);
+        }
+        *loss = l;
+    }
+}
+
+/// The gradient of [`cross_entropy_body`]'s losses, each weighted by `scale`:
+/// `scale (softmax(x) - (1 - alpha) onehot - alpha / v)`.
+#[inline(always)]
+fn cross_entropy_backward_body(
+    logits: &[f32],
+    v: usize,
+    targets: &[usize],
+    alpha: f32,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let floor = alpha / v as f32;
+    for ((x, &t), o) in logits
+        .chunks_exact(v)
+        .zip(targets)
+        .zip(out.chunks_exact_mut(v))
+    {
+        let (m, s) = softmax_stats(x);
+        let c = scale / s;
+        for (o, &x) in o.iter_mut().zip(x) {
+            *o = c * exp(x - m) - scale * floor;
+        }
+        o[t] -= scale * (1.0 - alpha);
+    }
+}
+
+multiversion!(cross_entropy => cross_entropy_body(logits: &[f32], v: usize, targets: &[usize], alpha: f32, losses: &mut [f32]));
+multiversion!(cross_entropy_backward => cross_entropy_backward_body(logits: &[f32], v: usize, targets: &[usize], alpha: f32, scale: f32, out: &mut [f32]));
+
 #[inline(always)]
 fn silu_body(x: &[f32], out: &mut [f32]) {
     for (o, &x) in out.iter_mut().zip(x) {

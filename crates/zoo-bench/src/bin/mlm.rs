@@ -13,12 +13,12 @@
 //! `cargo xtask bench mlm [--head chosen|all] [--runs 5] [--threads 2] [--device flex]`
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
 use zoo_core::TokenLogits;
 use zoo_encoder::{BertConfig, BertForMaskedLm};
+use zoo_kernels::loss::cross_entropy;
 
 mod cli;
 use cli::{or_exit, parse_and_start, time_training};
@@ -65,7 +65,6 @@ fn main() {
     let keep = Tensor::<2, Bool>::from_data(TensorData::new(chosen, [BATCH, LEN]), &ad);
     let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [m]), &ad);
     let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [m]), &ad);
-    let loss_fn = CrossEntropyLossConfig::new().init(&ad);
     let step = || {
         let logits = match args.head {
             Head::Chosen => {
@@ -76,7 +75,7 @@ fn main() {
                 .map(|l| l.reshape([n, VOCAB]).select(0, rows.clone())),
         }
         .expect("a valid input");
-        let loss = loss_fn.forward(logits, targets.clone());
+        let loss = cross_entropy(logits, targets.clone(), None);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model.clone(), grads);
         loss.into_scalar::<f32>()

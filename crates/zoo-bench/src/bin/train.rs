@@ -16,7 +16,6 @@
 //! `cargo xtask bench train [--preset char|gpt2|llama] [--runs 5] [--threads 2] [--device flex]`
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::{Parser, ValueEnum};
@@ -24,6 +23,7 @@ use clap::{Parser, ValueEnum};
 mod cli;
 use cli::{or_exit, parse_and_start, time_training};
 use zoo_decoder::{DecoderConfig, DecoderInput};
+use zoo_kernels::loss::cross_entropy;
 
 /// Characters in the Shakespeare text's vocabulary.
 const VOCAB: usize = 65;
@@ -76,14 +76,13 @@ fn main() {
         args.preset,
         model.valid().num_params()
     );
-    let loss_fn = CrossEntropyLossConfig::new().init(&ad);
     let step = || {
         let logits = model
             .forward(DecoderInput::new(inputs.clone()))
             .expect("a valid input")
             .logits
             .reshape([batch * block, VOCAB]);
-        let loss = loss_fn.forward(logits, targets.clone().reshape([batch * block]));
+        let loss = cross_entropy(logits, targets.clone().reshape([batch * block]), None);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model.clone(), grads);
         loss.into_scalar::<f32>()

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::Tensor;
 use burn::tensor::activation::log_softmax;
 use burn::train::ClassificationOutput;
@@ -147,10 +146,8 @@ impl<M: ClassLogits> ClassificationTask<M> {
         smoothing: Option<f32>,
     ) -> Result<ClassificationOutput, ModelError> {
         let output = self.model.class_logits(batch.inputs)?;
-        let loss = CrossEntropyLossConfig::new()
-            .with_smoothing(smoothing)
-            .init(&output.device())
-            .forward(output.clone(), batch.targets.clone());
+        let loss =
+            zoo_kernels::loss::cross_entropy(output.clone(), batch.targets.clone(), smoothing);
         Ok(ClassificationOutput {
             loss,
             output,

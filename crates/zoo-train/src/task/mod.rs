@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use burn::lr_scheduler::module_lr_scheduler::ModuleLearningRate;
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::{Bool, Int, Tensor};
 use burn::train::{
@@ -133,9 +132,7 @@ pub(crate) fn counted_logits(
     let [b, t] = targets.dims();
     let [n, v] = logits.dims();
     let targets = targets.reshape([b * t]).select(0, idx); // [N]
-    let loss = CrossEntropyLossConfig::new()
-        .init(&logits.device())
-        .forward(logits.clone(), targets.clone());
+    let loss = zoo_kernels::loss::cross_entropy(logits.clone(), targets.clone(), None);
     SequenceOutput {
         loss,
         logits: logits.reshape([1, n, v]),

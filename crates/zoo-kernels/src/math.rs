@@ -27,7 +27,10 @@ macro_rules! multiversion {
     };
 }
 
-/// `exp(x)`, for `x` clamped to [-87, 88] (the f32 range, without denormals).
+/// `exp(x)`: the polynomial over [-87, 88] (the f32 range, without denormals), 0 below
+/// and infinity above, where f32 rounds the true value to 0 and infinity (below -103.3
+/// and above 88.72; in between, the denormals and the last 0.72 are given up). So
+/// `x · sigmoid(z)` is `-0`, as Burn's, and not `-6e-35`, when `z` is very negative.
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -36,6 +39,7 @@ pub(crate) fn exp(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     // 1.5 · 2^23: adding it rounds to the nearest integer.
     const ROUND: f32 = 12_582_912.0;
+    let arg = x;
     let x = x.clamp(-87.0, 88.0);
     let n = (x * LOG2E + ROUND) - ROUND;
     let f = (x - n * LN2_HI) - n * LN2_LO; // |f| ≤ ln(2) / 2
@@ -47,7 +51,14 @@ pub(crate) fn exp(x: f32) -> f32 {
                     + f * (1.0 / 24.0
                         + f * (1.0 / 120.0 + f * (1.0 / 720.0 + f * (1.0 / 5040.0)))))));
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    p * scale
+    let value = p * scale;
+    if arg > 88.0 {
+        f32::INFINITY
+    } else if arg < -87.0 {
+        0.0
+    } else {
+        value
+    }
 }
 
 /// `erf(x)`, Abramowitz and Stegun 7.1.26 (absolute error at most 1.5e-7 in exact
@@ -359,8 +370,11 @@ mod tests {
         assert!(worst_exp < 3e-7, "exp: relative error {worst_exp:e}");
         // 1.5e-7 in exact arithmetic; f32 rounding of `1 - poly · exp` adds to it (5.3e-7 seen).
         assert!(worst_erf < 1e-6, "erf: absolute error {worst_erf:e}");
-        // The clamp keeps the tails finite.
-        assert!(super::exp(1000.0).is_finite() && super::exp(-1000.0) >= 0.0);
+        // The tails are what f32 rounds the true values to, and NaN stays NaN.
+        assert_eq!(super::exp(1000.0), f32::INFINITY);
+        assert_eq!(super::exp(89.0), f32::INFINITY);
+        assert_eq!(super::exp(-1000.0), 0.0);
+        assert!(super::exp(f32::NAN).is_nan());
     }
 
     /// `erf` by its series (|x| < 3) and its continued fraction beyond, in f64: a reference

@@ -114,18 +114,11 @@ mod flex {
     use rayon::prelude::*;
 
     use super::GeluOps;
+    use crate::flex_contiguous as contiguous;
     use crate::math;
 
     /// Elements per parallel task.
     const CHUNK: usize = 1 << 14;
-
-    fn contiguous(t: FlexTensor) -> FlexTensor {
-        if t.as_slice::<f32>().is_some() {
-            t
-        } else {
-            t.to_contiguous()
-        }
-    }
 
     fn output(values: Vec<f32>, like: &FlexTensor) -> FlexTensor {
         FlexTensor::new(

@@ -27,6 +27,8 @@
 
 pub mod act;
 pub mod loss;
+// The loops serve the flex kernels alone.
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
 mod math;
 pub mod norm;
 pub mod quant;
@@ -57,6 +59,18 @@ pub fn enabled() -> bool {
 /// them off every op takes Burn's own path.
 pub fn set_enabled(on: bool) {
     STATE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
+}
+
+/// `t` itself when its f32 values lie in order in memory, else a copy that holds them so.
+#[cfg(feature = "flex")]
+pub(crate) fn flex_contiguous(
+    t: burn::backend::flex::FlexTensor,
+) -> burn::backend::flex::FlexTensor {
+    if t.as_slice::<f32>().is_some() {
+        t
+    } else {
+        t.to_contiguous()
+    }
 }
 
 /// Whether `t` is a flex tensor, tracked by autodiff or not.

@@ -89,24 +89,21 @@ mod flex {
     use rayon::prelude::*;
 
     use super::LossOps;
+    use crate::flex_contiguous as contiguous;
     use crate::math;
 
     /// Logits per parallel task, at least one row.
     const CHUNK: usize = 1 << 15;
 
-    fn contiguous(t: FlexTensor) -> FlexTensor {
-        if t.is_contiguous() {
-            t
-        } else {
-            t.to_contiguous()
-        }
-    }
-
     /// The logits `[N, V]` as a slice, and the targets checked to lie below `V`.
     fn rows(logits: &FlexTensor, targets: &FlexTensor) -> (usize, Vec<usize>) {
         let shape = logits.shape();
         let v = shape[1];
-        let targets = contiguous(targets.clone());
+        let targets = if targets.is_contiguous() {
+            targets.clone()
+        } else {
+            targets.to_contiguous()
+        };
         let ids: Vec<i64> = match targets.dtype() {
             DType::I64 => targets.as_slice::<i64>().expect("contiguous").to_vec(),
             DType::I32 => targets

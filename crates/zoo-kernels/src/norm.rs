@@ -153,18 +153,11 @@ mod flex {
     use rayon::prelude::*;
 
     use super::NormOps;
+    use crate::flex_contiguous as contiguous;
     use crate::math;
 
     /// Rows per parallel task.
     const ROWS: usize = 32;
-
-    fn contiguous(t: FlexTensor) -> FlexTensor {
-        if t.as_slice::<f32>().is_some() {
-            t
-        } else {
-            t.to_contiguous()
-        }
-    }
 
     fn tensor(values: Vec<f32>, shape: burn::tensor::Shape) -> FlexTensor {
         FlexTensor::new(

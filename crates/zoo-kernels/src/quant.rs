@@ -95,6 +95,7 @@ mod flex {
     use rayon::prelude::*;
 
     use super::{FUSED_MAX_ROWS, QuantLinearOps};
+    use crate::flex_contiguous as contiguous;
 
     impl QuantLinearOps for Flex {
         fn quantized_matmul(x: FlexTensor, w: FlexQTensor) -> FlexTensor {
@@ -126,14 +127,6 @@ mod flex {
                     <Flex as FloatTensorOps<Flex>>::float_matmul(x, w)
                 }
             }
-        }
-    }
-
-    fn contiguous(t: FlexTensor) -> FlexTensor {
-        if t.as_slice::<f32>().is_some() {
-            t
-        } else {
-            t.to_contiguous()
         }
     }
 

@@ -300,7 +300,7 @@ pub(crate) fn union(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
     a.expand(dims).bool_or(b.expand(dims))
 }
 
-fn add_broadcast(a: Tensor<4>, b: Tensor<4>) -> Tensor<4> {
+pub(crate) fn add_broadcast(a: Tensor<4>, b: Tensor<4>) -> Tensor<4> {
     let dims = broadcast_dims(a.dims(), b.dims());
     a.expand(dims) + b.expand(dims)
 }

@@ -4,7 +4,7 @@
 //! | path | extra memory | exact | use |
 //! |---|---|---|---|
 //! | [`attention_reference`] | `O(Tq·Tk)` | yes | readable; returns the weights; dropout |
-//! | [`attention_fused`] | backend's | yes | Burn's fused op: flash kernels on CubeCL, SDPA on tch |
+//! | [`attention_fused`] | backend's | yes | zoo-kernels' tiles on flex (training too), Burn's fused op elsewhere: flash kernels on CubeCL, SDPA on tch |
 //! | [`attention_chunked`] | `O(Tq·Dv + Bq·Bk)` | yes | blocks of keys, online softmax (FlashAttention idea) |
 //! | [`attention_sliding_window`] | `O(T·W)` | yes, for its mask | local window plus global tokens (Longformer) |
 //! | [`attention_linear`] | `O(T·D·Dv)` | **no** | kernelised approximation, `φ(x) = elu(x) + 1` |
@@ -157,7 +157,9 @@ pub fn attention_reference(
     Ok((dropped.matmul(v), weights))
 }
 
-/// The fast path: Burn's fused `attention` op, with no weights and no dropout.
+/// The fast path, with no weights and no dropout: on flex in f32, zoo-kernels' attention
+/// in tiles (its own backward, `O(T)` memory in training as in inference; global tokens
+/// excepted), elsewhere Burn's fused `attention` op.
 ///
 /// Rows whose keys are all masked (by the boolean mask, the positional rule, or a bias
 /// of `-inf`) come back as zeros on every backend.
@@ -185,6 +187,9 @@ pub fn attention_fused(
         return Ok(attention_reference(q, k, v, mask, scale, None)?.0);
     }
     let d = q.dims()[3];
+    if let Some(out) = zoo_attention_kernel(&q, &k, &v, mask, scale, d) {
+        return Ok(out(q, k, v));
+    }
     let dv = v.dims()[3];
     let device = q.device();
     // The kernels' own causal flag assumes query i is key i and knows no window; any
@@ -235,6 +240,40 @@ pub fn attention_fused(
         }
         None => out,
     })
+}
+
+/// zoo-kernels' attention ([`zoo_kernels::attn::attention`]), where it applies: on flex
+/// in f32 with the kernels on, and a positional rule without global tokens (its rule is
+/// one visible interval of keys per query). It computes the positional rule per row and
+/// takes the boolean mask as `-inf` in the bias; it holds `O(T)` memory in training,
+/// where Burn's autodiff keeps the weights.
+#[allow(clippy::type_complexity)]
+fn zoo_attention_kernel(
+    q: &Tensor<4>,
+    k: &Tensor<4>,
+    v: &Tensor<4>,
+    mask: &Mask,
+    scale: ScoreScale,
+    d: usize,
+) -> Option<impl FnOnce(Tensor<4>, Tensor<4>, Tensor<4>) -> Tensor<4> + use<>> {
+    if !mask.rule.global.is_empty()
+        || !zoo_kernels::attn::fused_applies(q, k, v, mask.bias.as_ref())
+    {
+        return None;
+    }
+    let bias = match (mask.bias.clone(), mask.masked.clone()) {
+        (Some(b), Some(m)) => Some(crate::mask::add_broadcast(b, crate::mask::to_additive(m))),
+        (b, m) => b.or(m.map(crate::mask::to_additive)),
+    };
+    let spec = zoo_kernels::attn::Spec {
+        scale: scale.factor_for(d) as f32,
+        softcap: scale.softcap.map(|c| c as f32),
+        causal: mask.rule.causal,
+        window: mask.rule.window,
+        query_offset: mask.query_offset,
+        key_offset: mask.key_offset,
+    };
+    Some(move |q, k, v| zoo_kernels::attn::attention(q, k, v, bias, spec))
 }
 
 /// The masks Burn's `attention` op is handed, on the device it runs on. On every backend

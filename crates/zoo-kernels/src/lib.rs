@@ -2,6 +2,10 @@
 //! (`#[backend_extension]`, behind Burn's `extension` feature), each with Burn's own
 //! composition of ops kept as the reference and as the path on every other backend.
 //!
+//! - [`attn::attention`]: scaled dot-product attention in tiles with an online softmax,
+//!   forward and backward (registered with Burn's autodiff), which never holds the
+//!   `Tq × Tk` weights: `O(T)` memory in training, where Burn's autodiff keeps them.
+//!
 //! - [`quant::linear`]: a linear layer whose weight Burn quantized (`Tensor::quantize`,
 //!   8- or 4-bit symmetric values with f32 scales). On flex, Burn 0.22.1 dequantizes
 //!   the whole weight before each product, one value at a time through a block lookup;
@@ -26,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod act;
+pub mod attn;
 pub mod loss;
 // The loops serve the flex kernels alone.
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]

@@ -349,6 +349,59 @@ fn silu_backward_body(x: &[f32], grad: &[f32], out: &mut [f32]) {
 multiversion!(silu => silu_body(x: &[f32], out: &mut [f32]));
 multiversion!(silu_backward => silu_backward_body(x: &[f32], grad: &[f32], out: &mut [f32]));
 
+/// One tile of attention scores (rows of `cols` values at stride `ld`) folded into the
+/// running softmax of its rows: with the running maximum `m` and sum `l` of each row,
+/// `m' = max(m, max s)`, the scores replaced by `p = exp(s - m')`, `corr = exp(m - m')`
+/// (the factor on what was summed before) and `l' = l · corr + Σ p`. `m` starts at
+/// `f32::MIN`, so that a row of `-inf` scores gives `p = 0` and no NaN.
+#[inline(always)]
+fn online_softmax_body(
+    s: &mut [f32],
+    ld: usize,
+    cols: usize,
+    m: &mut [f32],
+    l: &mut [f32],
+    corr: &mut [f32],
+) {
+    for r in 0..m.len() {
+        let row = &mut s[r * ld..r * ld + cols];
+        let m_new = m[r].max(max_lanes(row));
+        for x in row.iter_mut() {
+            *x = exp(*x - m_new);
+        }
+        let sum = sum_lanes(row, row, |a, _| a);
+        corr[r] = exp(m[r] - m_new);
+        l[r] = l[r] * corr[r] + sum;
+        m[r] = m_new;
+    }
+}
+
+/// The weights of a tile recomputed from the scores: `p = exp(s - lse)` per row (0 for
+/// `-inf` scores, and for rows whose `lse` is `+inf`, that see no key).
+#[inline(always)]
+fn exp_shift_rows_body(s: &mut [f32], ld: usize, cols: usize, lse: &[f32]) {
+    for (r, &shift) in lse.iter().enumerate() {
+        for x in s[r * ld..r * ld + cols].iter_mut() {
+            *x = exp(*x - shift);
+        }
+    }
+}
+
+/// The softmax's backward over a tile: `dp` becomes `ds = p (dp - δ)`, per row.
+#[inline(always)]
+fn softmax_grad_rows_body(p: &[f32], dp: &mut [f32], ld: usize, cols: usize, delta: &[f32]) {
+    for (r, &dl) in delta.iter().enumerate() {
+        let (p, dp) = (&p[r * ld..r * ld + cols], &mut dp[r * ld..r * ld + cols]);
+        for (g, &w) in dp.iter_mut().zip(p) {
+            *g = w * (*g - dl);
+        }
+    }
+}
+
+multiversion!(online_softmax => online_softmax_body(s: &mut [f32], ld: usize, cols: usize, m: &mut [f32], l: &mut [f32], corr: &mut [f32]));
+multiversion!(exp_shift_rows => exp_shift_rows_body(s: &mut [f32], ld: usize, cols: usize, lse: &[f32]));
+multiversion!(softmax_grad_rows => softmax_grad_rows_body(p: &[f32], dp: &mut [f32], ld: usize, cols: usize, delta: &[f32]));
+
 #[cfg(test)]
 mod tests {
     /// The polynomial `exp` and `erf` against the standard library's, over their range.

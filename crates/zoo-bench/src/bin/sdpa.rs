@@ -9,7 +9,12 @@
 //! One warm-up, then `--runs` timed calls. Its PyTorch counterpart is
 //! `xtask/bench/sdpa.py` (`scaled_dot_product_attention(..., is_causal=True)`).
 //!
-//! `cargo xtask bench sdpa [--path fused] [--len 512] [--runs 5] [--threads 2] [--device flex]`
+//! With `--train`, each call is a training step of the attention alone: queries, keys and
+//! values tracked by autodiff, the forward, and the backward of `Σ out ∘ w` to the
+//! gradients of all three; the memory figure is then the step's peak beyond its inputs
+//! (what the backward keeps, and what it allocates).
+//!
+//! `cargo xtask bench sdpa [--path fused] [--len 512] [--runs 5] [--threads 2] [--device flex] [--train]`
 
 use burn::tensor::{Distribution, Tensor};
 use clap::builder::RangedU64ValueParser;
@@ -40,6 +45,9 @@ struct Args {
     /// Sequence length T.
     #[arg(long, default_value_t = 512, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     len: usize,
+    /// Time forward and backward under autodiff, not the forward alone.
+    #[arg(long)]
+    train: bool,
     #[command(flatten)]
     common: zoo_bench::Common,
 }
@@ -47,11 +55,16 @@ struct Args {
 fn main() {
     let (args, device) = parse_and_start(|a: &Args| &a.common);
     let (h, dh, t) = (8, 64, args.len);
+    let device = if args.train {
+        device.autodiff()
+    } else {
+        device
+    };
     device.seed(0);
     let qkv = || Tensor::<4>::random([1, h, t, dh], Distribution::Normal(0.0, 1.0), &device);
     let (q, k, v) = (qkv(), qkv(), qkv());
-    let run = || -> Tensor<4> {
-        let (q, k, v) = (q.clone(), k.clone(), v.clone());
+    let w = args.train.then(qkv);
+    let attend = |q: Tensor<4>, k: Tensor<4>, v: Tensor<4>| -> Tensor<4> {
         let out = match args.path {
             AttentionPath::Reference => {
                 attention_reference(q, k, v, &Mask::causal(), None, None).map(|(o, _)| o)
@@ -61,14 +74,38 @@ fn main() {
         };
         or_exit(out)
     };
+    let run = || -> Tensor<4> {
+        let (q, k, v) = (q.clone(), k.clone(), v.clone());
+        match &w {
+            None => attend(q, k, v),
+            Some(w) => {
+                let (q, k, v) = (q.require_grad(), k.require_grad(), v.require_grad());
+                let out = attend(q.clone(), k.clone(), v.clone());
+                let grads = (out * w.clone()).sum().backward();
+                let dq = q.grad(&grads).expect("the queries are tracked");
+                let dk = k.grad(&grads).expect("the keys are tracked");
+                let dv = v.grad(&grads).expect("the values are tracked");
+                dq + dk + dv
+            }
+        }
+    };
     // The first call, alone, measures the memory held beyond the inputs.
     let base = ALLOC.reset_peak();
     read_one(run());
     let extra_mib = ALLOC.peak().saturating_sub(base) as f64 / (1024.0 * 1024.0);
     let times = time_outputs(args.common.runs, false, run);
+    let what = if args.train {
+        "training step (forward and backward) of"
+    } else {
+        ""
+    };
     report(
         &args.common,
-        &format!("{:?} causal attention, 8 heads x 64, T = {t}", args.path),
+        &format!(
+            "{:?} {what} causal attention, 8 heads x 64, T = {t}",
+            args.path
+        )
+        .replace("  ", " "),
         &times,
         1,
         &format!(", {extra_mib:.1} MiB beyond the inputs"),

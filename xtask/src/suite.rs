@@ -149,6 +149,28 @@ pub fn rows() -> Vec<Row> {
             )
         });
     }
+    // A training step of the attention alone (forward, and backward to q, k and v): the
+    // peak beyond the inputs, fused (zoo-kernels' tiles on flex; Burn's op, recorded as
+    // its composition, on ndarray) against the reference path.
+    for (path, title) in [("fused", "fused"), ("reference", "reference")] {
+        rows.push(Row {
+            title: leak(format!(
+                "attention training-step memory beyond the inputs, T = 4096: {title}"
+            )),
+            unit: "MiB",
+            figure: "peak_extra_mib",
+            backends: Some(&["flex", "ndarray"]),
+            ..row(
+                "9",
+                "",
+                (
+                    "sdpa",
+                    &["--path", path, "--len", "4096", "--train", "--runs", "1"],
+                ),
+                None,
+            )
+        });
+    }
     rows
 }
 
@@ -757,7 +779,7 @@ fn render(
          process's high-water mark (`VmHWM`, `ru_maxrss`), the median over the rounds.\n\
          - Bold: the fastest zoo backend of the row (for the memory rows, the smallest).\n\
          - Row 2 leaves ndarray out: it decodes at about 0.6 s a token here, 4 minutes a \
-         process. Row 8 runs on flex and ndarray only: the figure is counted by the \
+         process. Rows 8 and 9 run on flex and ndarray only: the figure is counted by the \
          program's allocator, which does not see libtorch's memory.\n\n",
             machine(),
             options.threads,

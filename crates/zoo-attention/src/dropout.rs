@@ -36,7 +36,7 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
 
 /// A seed drawn from the device's generator: two uniform draws, each scaled to 32 bits
 /// (an `f32` draw carries about 24 of them).
-fn seed_from(device: &burn::tensor::Device) -> u64 {
+pub(crate) fn seed_from(device: &burn::tensor::Device) -> u64 {
     let draws = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device)
         .into_data()
         .convert::<f32>()

@@ -187,7 +187,7 @@ pub fn attention_fused(
         return Ok(attention_reference(q, k, v, mask, scale, None)?.0);
     }
     let d = q.dims()[3];
-    if let Some(out) = zoo_attention_kernel(&q, &k, &v, mask, scale, d) {
+    if let Some(out) = zoo_attention_kernel(&q, &k, &v, mask, scale, d, None) {
         return Ok(out(q, k, v));
     }
     let dv = v.dims()[3];
@@ -255,10 +255,9 @@ fn zoo_attention_kernel(
     mask: &Mask,
     scale: ScoreScale,
     d: usize,
+    dropout: Option<(f32, u64)>,
 ) -> Option<impl FnOnce(Tensor<4>, Tensor<4>, Tensor<4>) -> Tensor<4> + use<>> {
-    if !mask.rule.global.is_empty()
-        || !zoo_kernels::attn::fused_applies(q, k, v, mask.bias.as_ref())
-    {
+    if !kernel_applies(q, k, v, mask) {
         return None;
     }
     let bias = match (mask.bias.clone(), mask.masked.clone()) {
@@ -272,8 +271,38 @@ fn zoo_attention_kernel(
         window: mask.rule.window,
         query_offset: mask.query_offset,
         key_offset: mask.key_offset,
+        dropout: dropout.map_or(0.0, |(p, _)| p),
+        seed: dropout.map_or(0, |(_, seed)| seed),
     };
     Some(move |q, k, v| zoo_kernels::attn::attention(q, k, v, bias, spec))
+}
+
+/// Whether zoo-kernels' attention takes these inputs ([`zoo_attention_kernel`]).
+pub(crate) fn kernel_applies(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, mask: &Mask) -> bool {
+    mask.rule.global.is_empty() && zoo_kernels::attn::fused_applies(q, k, v, mask.bias.as_ref())
+}
+
+/// The fused path with dropout `prob` on the weights, inside zoo-kernels' attention (the
+/// mask a hash of each weight's index and a seed drawn from the device's generator, so
+/// `device.seed(..)` fixes it), where [`kernel_applies`]; the caller takes the reference
+/// path elsewhere.
+///
+/// # Errors
+/// As [`attention_fused`].
+pub(crate) fn attention_fused_dropout(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: &Mask,
+    scale: ScoreScale,
+    prob: f64,
+) -> Result<Tensor<4>> {
+    check_qkv(&q, &k, &v, mask)?;
+    let d = q.dims()[3];
+    let seed = crate::dropout::seed_from(&q.device());
+    let kernel = zoo_attention_kernel(&q, &k, &v, mask, scale, d, Some((prob as f32, seed)))
+        .expect("the caller checked that the kernel applies");
+    Ok(kernel(q, k, v))
 }
 
 /// The masks Burn's `attention` op is handed, on the device it runs on. On every backend

@@ -25,6 +25,11 @@
 //! memory (a `[B, H, T, D]` tensor with permuted strides), the layout the heads are
 //! merged from, so the merge costs no copy.
 //!
+//! Dropout on the weights, when asked for, comes inside the op: the mask is a hash of
+//! each weight's index and a seed ([`dropout_keeps`]), so the backward draws it again
+//! tile by tile; the normaliser `l` sums the weights before the dropout, as
+//! `dropout(softmax(s)) V` does.
+//!
 //! Rows that see no key at all give zeros, and no gradient.
 //!
 //! Elsewhere, in other float types, or with [`crate::enabled`] off, [`attention`] is
@@ -53,6 +58,11 @@ pub struct Spec {
     pub query_offset: usize,
     /// Absolute position of the first key.
     pub key_offset: usize,
+    /// Dropout on the attention weights: each weight is zeroed with this probability
+    /// and the rest scaled by `1 / (1 - dropout)` ([`dropout_keeps`]); 0 for none.
+    pub dropout: f32,
+    /// The seed of the dropout's mask.
+    pub seed: u64,
 }
 
 impl Spec {
@@ -65,6 +75,8 @@ impl Spec {
             window: None,
             query_offset: 0,
             key_offset: 0,
+            dropout: 0.0,
+            seed: 0,
         }
     }
 
@@ -85,6 +97,20 @@ impl Spec {
         }
         (lo.min(hi), hi)
     }
+}
+
+/// Whether the dropout on the attention weights keeps weight `index` (the weight's index
+/// in the row-major `[B, H, Tq, Tk]` weights) for the mask of `seed`: the element
+/// `index` of a SplitMix64 stream started at `seed` (Steele, Lea and Flood, 2014), 32 of
+/// its bits below `(1 - prob) · 2³²`. A function of the index, so the backward draws the
+/// forward's mask again instead of keeping it.
+#[inline]
+pub fn dropout_keeps(seed: u64, index: u64, prob: f32) -> bool {
+    let threshold = ((1.0 - f64::from(prob)) * 4_294_967_296.0).min(4_294_967_295.0) as u64;
+    let mut z = seed.wrapping_add(index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) & 0xFFFF_FFFF) < threshold
 }
 
 /// Burn's backend extension for attention with a backward of its own. Implemented for
@@ -197,7 +223,7 @@ pub fn attention(
 }
 
 /// The same attention from Burn's ops, the `[B, H, Tq, Tk]` scores and weights
-/// materialised: the reference.
+/// materialised (and the dropout's mask, drawn on the host): the reference.
 pub fn reference_attention(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -228,7 +254,23 @@ pub fn reference_attention(
     let max = s.clone().max_dim(3).clamp_min(f32::MIN);
     let e = (s - max).exp();
     let sum = e.clone().sum_dim(3).clamp_min(f32::MIN_POSITIVE);
-    (e / sum).matmul(v)
+    let weights = e / sum;
+    if spec.dropout > 0.0 {
+        let [b, h, _, _] = dims;
+        let scale = 1.0 / (1.0 - spec.dropout);
+        let mask: Vec<f32> = (0..(b * h * tq * tk) as u64)
+            .map(|i| {
+                if dropout_keeps(spec.seed, i, spec.dropout) {
+                    scale
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = Tensor::<4>::from_data(TensorData::new(mask, dims), &device);
+        return (weights * mask).matmul(v);
+    }
+    weights.matmul(v)
 }
 
 // The tiles are products through raw pointers and strides (`gemm`'s interface), and
@@ -459,6 +501,28 @@ mod flex {
         (lo..hi).step_by(BK).map(move |k0| (k0, BK.min(hi - k0)))
     }
 
+    /// Multiplies a tile (`rows × cols` at row stride `BK`, queries `i0..`, keys `k0..`
+    /// of head `head` of batch row `bi`) by the dropout's mask and scale.
+    fn dropout_tile(
+        t: &mut [f32],
+        (rows, cols): (usize, usize),
+        (bi, head, i0, k0): (usize, usize, usize, usize),
+        (h, tq, tk): (usize, usize, usize),
+        spec: &Spec,
+    ) {
+        let scale = 1.0 / (1.0 - spec.dropout);
+        for r in 0..rows {
+            let base = (((bi * h + head) * tq + i0 + r) * tk + k0) as u64;
+            for (j, x) in t[r * BK..r * BK + cols].iter_mut().enumerate() {
+                *x = if super::dropout_keeps(spec.seed, base + j as u64, spec.dropout) {
+                    *x * scale
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+
     /// The forward: the output as `[B, T, H, Dv]` in memory, and `lse` `[B, H, Tq]`.
     fn forward(
         q: &FlexTensor,
@@ -506,6 +570,9 @@ mod flex {
                         if *c != 1.0 {
                             acc[r * dv..(r + 1) * dv].iter_mut().for_each(|a| *a *= c);
                         }
+                    }
+                    if spec.dropout > 0.0 {
+                        dropout_tile(s, (rows, cols), (bi, head, i0, k0), (h, tq, tk), spec);
                     }
                     gemm(
                         (rows, dv, cols),
@@ -600,6 +667,7 @@ mod flex {
                 let mut dv_acc = vec![0.0f32; BK * dv];
                 let mut p = vec![0.0f32; BQ * BK];
                 let mut dp = vec![0.0f32; BQ * BK];
+                let mut pd = vec![0.0f32; if spec.dropout > 0.0 { BQ * BK } else { 0 }];
                 let mut th = vec![0.0f32; if spec.softcap.is_some() { BQ * BK } else { 0 }];
                 for k0 in (0..tk).step_by(BK) {
                     let cols = BK.min(tk - k0);
@@ -623,13 +691,28 @@ mod flex {
                             spec.softcap.map(|_| th.as_mut_slice()),
                         );
                         math::exp_shift_rows(&mut p, BK, cols, &lse[i0..i0 + rows]);
+                        // The weights the values were multiplied by: P, or P with the
+                        // dropout's mask (drawn again) and scale.
+                        let dropped = if spec.dropout > 0.0 {
+                            pd[..rows * BK].copy_from_slice(&p[..rows * BK]);
+                            dropout_tile(
+                                &mut pd,
+                                (rows, cols),
+                                (bi, head, i0, k0),
+                                (h, tq, tk),
+                                spec,
+                            );
+                            &pd
+                        } else {
+                            &p
+                        };
                         // dV += Pᵀ dO
                         gemm(
                             (cols, dv, rows),
                             dv_acc.as_mut_ptr(),
                             (1, dv as isize),
                             true,
-                            p.as_ptr(),
+                            dropped.as_ptr(),
                             (BK as isize, 1),
                             gv.at(bi, head, i0),
                             (gv.strides[3], gv.strides[2]),
@@ -647,6 +730,16 @@ mod flex {
                             (vv.strides[2], vv.strides[3]),
                             1.0,
                         );
+                        if spec.dropout > 0.0 {
+                            // The gradient of the undropped weights.
+                            dropout_tile(
+                                &mut dp,
+                                (rows, cols),
+                                (bi, head, i0, k0),
+                                (h, tq, tk),
+                                spec,
+                            );
+                        }
                         math::softmax_grad_rows(&p, &mut dp, BK, cols, &delta[i0..i0 + rows]);
                         if want_bias {
                             let [_, _, bq_, bk_] = bshape.expect("a bias");
@@ -1153,6 +1246,39 @@ mod tests {
             &ours[0][..12]
         );
         assert!(reference[0][..12].iter().all(|&x| x == 0.0));
+    }
+
+    /// Dropout 0.3 on the weights, causal, over two blocks of queries: the output and
+    /// the gradients as the reference with the same mask (drawn from the same hash).
+    /// Negative control: another seed moves the output. And the mask keeps its share.
+    #[test]
+    fn attention_with_dropout_equals_the_reference_with_its_mask() {
+        let spec = Spec {
+            causal: true,
+            dropout: 0.3,
+            seed: 7,
+            ..Spec::new(0.2)
+        };
+        let case = Case {
+            b: 2,
+            h: 2,
+            tq: 80,
+            tk: 80,
+            d: 16,
+            dv: 16,
+            spec,
+            bias: None,
+        };
+        let reference = assert_close(&case, 5e-6);
+        let other = run(&case, true, Spec { seed: 8, ..spec });
+        assert!(max_rel(&other[0], &reference[0]) > 1e-2);
+        let n = 1_000_000u64;
+        let dropped = (0..n)
+            .filter(|&i| !super::dropout_keeps(42, i, 0.3))
+            .count() as f64;
+        // Within 4 standard deviations of the binomial's mean.
+        let sd = (n as f64 * 0.3 * 0.7).sqrt();
+        assert!((dropped - 0.3 * n as f64).abs() < 4.0 * sd, "{dropped}");
     }
 
     /// Without autodiff the same op: the values as the reference.

@@ -69,6 +69,17 @@ impl Heads {
         let dropout_on = self.dropout.prob > 0.0
             && self.dropout.training.is_enabled()
             && q.device().is_autodiff();
+        // Dropout inside zoo-kernels' attention, where it applies (flex, f32): the
+        // weights are never held, in training either.
+        if dropout_on
+            && !need_weights
+            && self.kernel == AttentionKernel::Fused
+            && crate::sdpa::kernel_applies(&q, &k, &v, mask)
+        {
+            let out =
+                crate::sdpa::attention_fused_dropout(q, k, v, mask, scale, self.dropout.prob)?;
+            return Ok((out, None));
+        }
         if need_weights || dropout_on || self.kernel == AttentionKernel::Reference {
             let (out, w) = attention_reference(q, k, v, mask, scale, Some(&self.dropout))?;
             return Ok((out, need_weights.then_some(w)));

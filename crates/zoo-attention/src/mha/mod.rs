@@ -32,7 +32,10 @@ use crate::position::{
 /// Which kernel computes attention when no weights are asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AttentionKernel {
-    /// Burn's fused op (flash kernels where the backend has them).
+    /// The fused path ([`crate::sdpa::attention_fused`]): zoo-kernels' attention on flex
+    /// in f32, with its own backward and the dropout on the weights inside it (`O(T)`
+    /// memory in training); Burn's fused op elsewhere (flash kernels where the backend
+    /// has them), with a dropout on the weights through the reference path.
     Fused,
     /// The memory-efficient blocked path with online softmax; block sizes in positions.
     Chunked {

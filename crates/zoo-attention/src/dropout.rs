@@ -11,7 +11,7 @@
 //! kernels draw masks fast, and the GPUs) it is Burn's dropout.
 
 use burn::nn::Dropout;
-use burn::tensor::{Distribution, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use zoo_device::BackendName;
 
 /// Applies `module` to `x`: in training mode on an autodiff device, zeroes each element
@@ -34,17 +34,9 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     x * Tensor::<D>::from_data(TensorData::new(mask, shape), &device)
 }
 
-/// A seed drawn from the device's generator: two uniform draws, each scaled to 32 bits
-/// (an `f32` draw carries about 24 of them).
+/// A seed drawn from the device's generator.
 pub(crate) fn seed_from(device: &burn::tensor::Device) -> u64 {
-    let draws = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device)
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap_or_default();
-    let bits =
-        |i: usize| (f64::from(draws.get(i).copied().unwrap_or(0.5)) * 4_294_967_296.0) as u64;
-    (bits(0) << 32) ^ bits(1)
+    zoo_kernels::recompute::seed_from(device)
 }
 
 /// `n` mask values: `0` with probability `prob`, else `1 / (1 - prob)`. Each value uses 32

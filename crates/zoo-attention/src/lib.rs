@@ -57,3 +57,6 @@ pub use mha::{
 };
 pub use position::{Positions, RopeLayout, RopeScaling};
 pub use zoo_core::ConfigError;
+/// Activation checkpointing by block, for the models built on these blocks: see
+/// [`recompute::checkpointed`].
+pub use zoo_kernels::recompute;

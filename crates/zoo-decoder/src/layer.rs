@@ -51,6 +51,14 @@ pub trait Layer: Module + ModuleDisplay + 'static {
     /// values together): what the model checks against the machine's memory before it
     /// allocates a cache.
     fn cache_floats_per_position(&self) -> usize;
+
+    /// Whether training may keep only this layer's input and run the layer again in the
+    /// backward pass (activation checkpointing by block, [`zoo_attention::recompute`]): its
+    /// hidden states are all that a loss takes of it. A mixture of experts is not: the
+    /// load-balancing loss takes its router's logits.
+    fn recomputable(&self) -> bool {
+        true
+    }
 }
 
 /// Which layer a [`crate::DecoderConfig`] stacks.
@@ -154,5 +162,14 @@ impl Layer for DecoderLayer {
     fn cache_floats_per_position(&self) -> usize {
         let attn = self.self_attn();
         2 * attn.n_kv_heads() * attn.head_dim()
+    }
+
+    fn recomputable(&self) -> bool {
+        let mlp = match self {
+            Self::Sequential(b) => &b.mlp,
+            Self::Parallel(b) => &b.mlp,
+            Self::Sandwich(b) => &b.mlp,
+        };
+        !matches!(mlp, FeedForward::Experts(_))
     }
 }

@@ -6,7 +6,9 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use zoo_attention::position::{LearnedPosition, LearnedPositionConfig};
-use zoo_attention::{BlockInput, KvCache, LmHead, Mask, Norm, Positions, TransformerBlockConfig};
+use zoo_attention::{
+    BlockInput, KvCache, LmHead, Mask, Norm, Positions, TransformerBlockConfig, recompute,
+};
 use zoo_core::tokens::{self, TokenError, TokenLimits};
 
 use crate::config::{DecoderConfig, PositionKind};
@@ -327,6 +329,19 @@ impl<L: Layer> DecoderLm<L> {
         let mut weights = Vec::new();
         let mut router_logits = Vec::new();
         for layer in &self.layers {
+            // Under Burn's balanced checkpointing strategy, each layer keeps only its
+            // input and runs again in the backward pass.
+            if !input.need_weights && recompute::applies(&h) && layer.recomputable() {
+                let (mask, positions) = (mask.clone(), input.positions.clone());
+                h = recompute::checkpointed(layer, h, true, move |layer, h| {
+                    let mut bi = BlockInput::new(h).mask(mask.clone());
+                    if let Some(p) = &positions {
+                        bi = bi.with_positions(p.clone());
+                    }
+                    layer.forward(bi).map(|out| out.hidden)
+                })?;
+                continue;
+            }
             let mut bi = BlockInput::new(h).mask(mask.clone());
             if let Some(p) = &input.positions {
                 bi = bi.with_positions(p.clone());

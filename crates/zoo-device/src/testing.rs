@@ -115,6 +115,34 @@ pub fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         .expect("converted to f32")
 }
 
+/// The gradient of each float parameter of `module` that requires one, in the module's
+/// order (LoRA's factors after the weight they adapt), as `f32` values; an empty vector
+/// for a parameter that requires one and got none.
+pub fn param_grads<M: burn::module::Module>(
+    module: &M,
+    grads: &burn::tensor::Gradients,
+) -> Vec<Vec<f32>> {
+    struct Collect<'a> {
+        grads: &'a burn::tensor::Gradients,
+        found: Vec<Vec<f32>>,
+    }
+    impl burn::module::ModuleVisitor for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+            let t = param.base();
+            if t.is_require_grad() {
+                self.found
+                    .push(t.grad(self.grads).map(floats).unwrap_or_default());
+            }
+        }
+    }
+    let mut c = Collect {
+        grads,
+        found: Vec::new(),
+    };
+    module.visit(&mut c);
+    c.found
+}
+
 /// Largest absolute difference between two tensors of the same shape, on any
 /// devices; NaN when either holds a NaN (see [`max_abs_diff_slices`]).
 ///

@@ -401,6 +401,17 @@ impl BertModel {
         let mut h = zoo_attention::dropout(&e.dropout, zoo_attention::layer_norm(&e.layer_norm, x));
         let mut attentions = Vec::new();
         for layer in &self.layers {
+            // Under Burn's balanced checkpointing strategy, each layer keeps only its
+            // input and runs again in the backward pass.
+            if !input.need_weights && zoo_attention::recompute::applies(&h) {
+                let padding = input.padding.clone();
+                h = zoo_attention::recompute::checkpointed(layer, h, true, move |layer, h| {
+                    layer
+                        .forward_with(h, padding.clone(), false)
+                        .map(|(h, _)| h)
+                })?;
+                continue;
+            }
             let (next, weights) =
                 layer.forward_with(h, input.padding.clone(), input.need_weights)?;
             h = next;

@@ -72,6 +72,35 @@ pub fn tempdir(family: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// A fresh folder (as [`tempdir`]) holding a copy of the fixture folder `dir`, with the
+/// keys `edits` set in its `config.json` (dropout turned off, say).
+///
+/// # Panics
+/// A file that cannot be copied, read or written.
+pub fn edited_copy(
+    family: &str,
+    name: &str,
+    dir: &Path,
+    edits: &[(&str, serde_json::Value)],
+) -> PathBuf {
+    let out = tempdir(family, name);
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let from = entry.expect("a folder entry").path();
+        if from.is_file() {
+            std::fs::copy(&from, out.join(from.file_name().expect("a file name")))
+                .unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+        }
+    }
+    let path = out.join("config.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("a JSON config");
+    for (key, value) in edits {
+        config[*key] = value.clone();
+    }
+    std::fs::write(&path, config.to_string()).expect("config.json written");
+    out
+}
+
 /// A fresh folder (as [`tempdir`]) holding `weights` as `model.safetensors` and `config`
 /// as `config.json`: a checkpoint whose config may disagree with its weights.
 ///

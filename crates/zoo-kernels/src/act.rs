@@ -282,20 +282,12 @@ mod flex {
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
+    use crate::testing::{host, max_diff};
     use burn::tensor::{Device, Distribution, Tensor, TensorData};
 
     use super::{
         gelu, gelu_tanh, reference_gelu, reference_gelu_tanh, reference_silu, silu, takes_kernel,
     };
-
-    fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-    }
-
-    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
-    }
 
     /// Values over the whole range that matters, the tails and zero included.
     fn inputs(device: &Device) -> Tensor<2> {
@@ -312,6 +304,7 @@ mod tests {
     /// them up would fail.
     #[test]
     fn fused_activations_equal_burns_composition_forward_and_backward() {
+        let _rng = crate::testing::rng();
         let d = Device::flex();
         let x = inputs(&d);
         assert!(takes_kernel(&x));
@@ -350,6 +343,7 @@ mod tests {
     /// A non-contiguous input (a transposed view) gives the same values as its copy.
     #[test]
     fn a_transposed_view_is_read_in_its_order() {
+        let _rng = crate::testing::rng();
         let d = Device::flex();
         let x = Tensor::<2>::random([7, 5], Distribution::Normal(0.0, 2.0), &d);
         let view = x.clone().transpose();

@@ -1038,21 +1038,10 @@ mod flex {
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
+    use crate::testing::{host, max_rel};
     use burn::tensor::{Device, Tensor, TensorData};
 
     use super::{Spec, attention, reference_attention};
-
-    fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-    }
-
-    /// The largest difference over the largest value of `b`.
-    fn max_rel(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        assert!(a.iter().all(|v| v.is_finite()), "a non-finite value");
-        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-    }
 
     /// Values in [-amp, amp) from a hash of the index and `seed`: the same inputs at every
     /// run, whatever other tests draw from the device's generator at the same time.

@@ -25,6 +25,10 @@
 //!   smoothing, one pass over the logits forward and one backward, where Burn's loss
 //!   makes a pass per op of its `log_softmax`, gather and mean, each way.
 //!
+//! - [`recompute::checkpointed`]: activation checkpointing by transformer block while the
+//!   device runs Burn's balanced gradient-checkpointing strategy: a block keeps only its
+//!   input, and its backward runs it again (on every backend).
+//!
 //! Every kernel can be turned off, for comparison: [`set_enabled`], or `ZOO_KERNELS=off`
 //! in the environment.
 #![warn(missing_docs)]
@@ -37,6 +41,11 @@ pub mod loss;
 mod math;
 pub mod norm;
 pub mod quant;
+// The op is registered for ndarray and tch too, which Burn 0.22.1 marks deprecated.
+#[allow(deprecated)]
+pub mod recompute;
+#[cfg(all(test, feature = "flex"))]
+mod testing;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -251,18 +251,10 @@ mod flex {
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
+    use crate::testing::{host, max_diff};
     use burn::tensor::{Device, Int, Tensor, TensorData};
 
     use super::{cross_entropy, reference_cross_entropy};
-
-    fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-    }
-
-    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
-    }
 
     /// The loss and its gradient in f64 on the host, `3 · loss`'s gradient as the tests
     /// take it: the exact reference.

@@ -415,20 +415,11 @@ mod flex {
 
 #[cfg(all(test, feature = "flex"))]
 mod tests {
+    use crate::testing::{host, max_rel};
     use burn::tensor::module::layer_norm as burn_layer_norm;
     use burn::tensor::{Device, Distribution, Tensor};
 
     use super::{layer_norm, reference_rms_norm, rms_norm};
-
-    fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-        t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
-    }
-
-    fn max_rel(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-    }
 
     /// Values, and the gradients of the input, the scale and the shift, against Burn's
     /// composition under autodiff, on an odd shape (3 · 37 rows of 75, not a multiple of
@@ -437,6 +428,7 @@ mod tests {
     /// 75 and 111 values). Negative control: another epsilon moves the gradient by more.
     #[test]
     fn fused_layer_norm_equals_burns_composition_forward_and_backward() {
+        let _rng = crate::testing::rng();
         let ad = Device::flex().autodiff();
         let shape = [3, 37, 75];
         let x0 = Tensor::<3>::random(shape, Distribution::Normal(0.0, 2.0), &ad)
@@ -480,6 +472,7 @@ mod tests {
     /// gradient as Burn's; and without autodiff, the values as Burn's.
     #[test]
     fn untracked_parameters_and_plain_flex() {
+        let _rng = crate::testing::rng();
         let d = Device::flex();
         let x = Tensor::<2>::random([5, 9], Distribution::Normal(0.0, 1.0), &d);
         let g = Tensor::<1>::random([9], Distribution::Normal(1.0, 0.5), &d);
@@ -513,6 +506,7 @@ mod tests {
     /// control, another epsilon moves the input's gradient by more.
     #[test]
     fn fused_rms_norm_equals_burns_composition_forward_and_backward() {
+        let _rng = crate::testing::rng();
         let ad = Device::flex().autodiff();
         let shape = [2, 41, 67];
         let x0 = Tensor::<3>::random(shape, Distribution::Normal(0.5, 2.0), &ad);

@@ -292,6 +292,7 @@ mod tests {
     /// 8- and 4-bit values, blocks and one scale per tensor.
     #[test]
     fn equals_burns_product_on_flex() {
+        let _rng = crate::testing::rng();
         let d = device();
         // (k, n, block): n a multiple of the block; 40 inputs, odd row counts.
         let cases = [(40, 96, Some(32)), (24, 40, Some(8)), (40, 72, None)];
@@ -325,6 +326,7 @@ mod tests {
     /// A float weight, an autodiff input and the switch off all keep Burn's own product.
     #[test]
     fn other_cases_keep_burns_product() {
+        let _rng = crate::testing::rng();
         let d = device();
         let w = Tensor::<2>::random([16, 32], Distribution::Normal(0.0, 0.5), &d);
         let x = Tensor::<2>::random([2, 16], Distribution::Normal(0.0, 1.0), &d);

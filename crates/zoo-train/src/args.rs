@@ -61,8 +61,10 @@ pub struct TrainArgs {
     /// Replace an earlier run in the output folder.
     #[arg(long)]
     pub overwrite: bool,
-    /// Recompute memory-bound activations in the backward pass (Burn's balanced gradient
-    /// checkpointing): less memory, more time, the same losses.
+    /// Keep only each transformer layer's input and run the layer again in the backward
+    /// pass (on Burn's balanced gradient checkpointing, which also recomputes the other
+    /// memory-bound activations): less memory, more time; without dropout the same
+    /// losses.
     #[arg(long)]
     pub gradient_checkpointing: bool,
 }

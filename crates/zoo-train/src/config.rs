@@ -94,11 +94,13 @@ pub struct TrainConfig {
     pub devices: Vec<String>,
     /// Device strategy.
     pub strategy: Strategy,
-    /// Recompute the memory-bound activations (elementwise ops, norms, softmax) in the
-    /// backward pass instead of keeping them, through Burn's
-    /// `GradientCheckpointingStrategy::Balanced`: less memory for more time; the losses
-    /// are the same. Default: off. Build the model on [`Self::autodiff`]'s device: Burn
-    /// refuses an operation between tensors of two checkpointing strategies.
+    /// Train on Burn's `GradientCheckpointingStrategy::Balanced`, under which the zoo's
+    /// transformer layers keep only their input and run again in the backward pass
+    /// (`zoo_attention::recompute`), and Burn recomputes the other memory-bound
+    /// activations: less memory for more time. Without dropout the losses are the same;
+    /// with it, the recomputed layers draw their masks from seeds of their own. Default:
+    /// off. Build the model on [`Self::autodiff`]'s device: Burn refuses an operation
+    /// between tensors of two checkpointing strategies.
     #[serde(default)]
     pub gradient_checkpointing: bool,
 }

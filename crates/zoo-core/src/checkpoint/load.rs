@@ -146,11 +146,7 @@ fn load<M: Module>(
     // The parameters' paths and shapes, read without initialising them: a model built
     // for loading holds no random weights, so loading takes one copy of the weights.
     let shapes = LazyShapes::of(module);
-    // The float type the module's parameters are made in: the device's default.
-    let target = devices
-        .first()
-        .and_then(zoo_device::FloatType::of)
-        .map_or(DType::F32, |f| f.dtype().into());
+    let target = float_target(&devices);
     let kept: Vec<PackTensor> = tensors
         .into_values()
         .filter(|t| {
@@ -368,8 +364,18 @@ pub fn load_into<M: Module>(
     map: &KeyMap,
 ) -> Result<Vec<String>, CheckpointError> {
     let file = WeightsFile::find(dir)?;
-    let tensors = file.tensors()?;
+    // An f32 file for a half-precision model is narrowed as it is read.
+    let tensors = file.tensors_as(Some(float_target(&module.devices())))?;
     load_tensors(module, tensors, map, file.path())
+}
+
+/// The float type a module on `devices` makes its parameters in: the first device's
+/// default (f32 when there is none).
+fn float_target(devices: &[burn::tensor::Device]) -> DType {
+    devices
+        .first()
+        .and_then(zoo_device::FloatType::of)
+        .map_or(DType::F32, |f| f.dtype().into())
 }
 
 #[cfg(test)]

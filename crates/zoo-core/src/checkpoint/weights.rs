@@ -65,6 +65,20 @@ impl WeightsFile {
     /// # Errors
     /// [`CheckpointError::Format`] for a file the reader rejects.
     pub fn tensors(&self) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+        self.tensors_as(None)
+    }
+
+    /// [`Self::tensors`], with the f32 tensors of a safetensors file (or of its shards)
+    /// read as `narrow` when that is f16 or bf16: converted a slice at a time as they are
+    /// read, where a conversion after reading would hold a tensor's f32 values and its
+    /// half-precision ones at once. Other files and types are read as they are stored.
+    ///
+    /// # Errors
+    /// As [`Self::tensors`].
+    pub fn tensors_as(
+        &self,
+        narrow: Option<DType>,
+    ) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
         let format = |message: String| CheckpointError::Format {
             path: self.path().to_path_buf(),
             message,
@@ -76,7 +90,7 @@ impl WeightsFile {
             });
         }
         match self {
-            Self::Safetensors(p) => super::safetensors_file::read(p),
+            Self::Safetensors(p) => super::safetensors_file::read(p, narrow),
             Self::Pytorch(p) => PytorchStore::from_file(p)
                 .get_all_tensors()
                 .cloned()
@@ -86,7 +100,7 @@ impl WeightsFile {
                 .get_all_tensors()
                 .cloned()
                 .map_err(|e| format(e.to_string())),
-            Self::Sharded(index) => sharded_tensors(index),
+            Self::Sharded(index) => sharded_tensors(index, narrow),
         }
     }
 }
@@ -210,7 +224,10 @@ impl WeightsFile {
 
 /// The tensors of a sharded safetensors checkpoint: every shard the index's `weight_map`
 /// names is read once, and every tensor it lists must be in its shard.
-fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
+fn sharded_tensors(
+    index: &Path,
+    narrow: Option<DType>,
+) -> Result<BTreeMap<String, PackTensor>, CheckpointError> {
     #[derive(serde::Deserialize)]
     struct Index {
         weight_map: BTreeMap<String, String>,
@@ -239,7 +256,7 @@ fn sharded_tensors(index: &Path) -> Result<BTreeMap<String, PackTensor>, Checkpo
                 "shard {shard:?} is not a file of this folder"
             )));
         }
-        let mut tensors = WeightsFile::Safetensors(dir.join(shard)).tensors()?;
+        let mut tensors = WeightsFile::Safetensors(dir.join(shard)).tensors_as(narrow)?;
         for name in names {
             let tensor = tensors
                 .remove(name)

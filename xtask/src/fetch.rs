@@ -201,6 +201,8 @@ pub(crate) fn fixtures(only: &[String]) -> Result<()> {
         ("rope.py", "zoo-decoder", None),
         // Adapters over decoder.py's checkpoints, so after it.
         ("lora.py", "zoo-decoder", None),
+        // transformers over the committed checkpoint that `zoo train` wrote.
+        ("trained.py", "zoo-decoder", None),
         ("seq2seq.py", "zoo-seq2seq", Some(shakespeare.as_path())),
         ("chat.py", "zoo-data", None),
         // Every family in f16 and bf16, over the families' committed checkpoints.

@@ -913,3 +913,79 @@ fn gradient_checkpointing_keeps_the_losses() {
     std::fs::remove_dir_all(tmp).unwrap();
     std::fs::remove_dir_all(model).unwrap();
 }
+
+/// A checkpoint that `zoo train` writes loads in `transformers`: the committed
+/// `gpt2-tiny-trained` folder, written by the command in `xtask/fixtures/trained.py`,
+/// gives in the zoo the logits that `transformers` computed from it (within 1e-4) and the
+/// same greedy continuation. And that command, run now, writes that folder again: the same
+/// config, the same tensors (names, shapes, types), and on flex the same values within
+/// 1e-4. Negative control: the fixture before training is far from those logits.
+#[test]
+fn what_zoo_train_writes_loads_in_transformers() {
+    let committed = fixture("zoo-decoder", "gpt2-tiny-trained");
+    let expected = read_json(&committed.join("expected.json"));
+    let tmp = tempdir("train-transformers");
+    let input = tmp.join("in.json");
+    let ids = serde_json::json!({ "input_ids": expected["input_ids"] });
+    std::fs::write(&input, ids.to_string()).unwrap();
+    let want = flat(&expected["logits"]["values"]);
+    let ours = forward_logits(&input, &tmp.join("a.json"), &["--model", path(&committed)]);
+    let diff = max_diff(&ours, &want);
+    assert!(
+        ours.len() == want.len() && diff < 1e-4,
+        "{diff} over {} logits",
+        want.len()
+    );
+    let before = forward_logits(&input, &tmp.join("b.json"), &["--model", path(&gpt2())]);
+    assert!(max_diff(&before, &want) > 1e-1, "training changed nothing");
+    let run = ok_on("generate", &committed, &GREEDY_CAT);
+    let text = expected["greedy_text"].as_str().unwrap();
+    assert_eq!(run.stdout.trim_end(), text);
+
+    let out = tmp.join("out");
+    train_gpt2(
+        &tmp,
+        &out,
+        &[
+            "--steps",
+            "20",
+            "--eval-every",
+            "10",
+            "--lr",
+            "1e-2",
+            "--max-len",
+            "16",
+            "--seed",
+            "3",
+        ],
+    );
+    assert_eq!(
+        read_json(&out.join("config.json")),
+        read_json(&committed.join("config.json"))
+    );
+    let (fresh, kept) = (
+        zoo_core::WeightsFile::find(&out).unwrap().contents().unwrap(),
+        zoo_core::WeightsFile::find(&committed)
+            .unwrap()
+            .contents()
+            .unwrap(),
+    );
+    let layout = |t: &[zoo_core::checkpoint::StoredTensor]| {
+        t.iter()
+            .map(|(name, shape, bytes)| (name.clone(), shape.clone(), bytes.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(layout(&fresh), layout(&kept));
+    if test_backend() == BackendName::Flex {
+        for ((name, _, a), (_, _, b)) in fresh.iter().zip(&kept) {
+            let f32s = |b: &[u8]| -> Vec<f32> {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect()
+            };
+            let diff = max_diff(&f32s(a), &f32s(b));
+            assert!(diff < 1e-4, "{name}: {diff}");
+        }
+    }
+    std::fs::remove_dir_all(tmp).unwrap();
+}

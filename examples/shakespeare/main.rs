@@ -7,16 +7,22 @@
 //! cargo run --release --example shakespeare -- --preset gpt2
 //! cargo run --release --example shakespeare -- --preset llama --iters 1000 --artifacts artifacts/shakespeare-llama
 //! cargo run --release --example shakespeare -- --resume   # continue an interrupted run
+//! cargo run --release --example shakespeare -- --precisions   # then f16, bf16, q8, q4 too
+//! cargo run --release --example shakespeare -- --evaluate q8  # the saved model, at q8
 //! ```
 
 use std::path::PathBuf;
+use std::process::Command;
 
 use burn::module::Module;
 use clap::{Parser, ValueEnum};
 use zoo_core::{GenerationConfig, generate};
 use zoo_data::{CausalLmBatcher, CharVocab};
 use zoo_decoder::DecoderConfig;
-use zoo_examples::{Error, device_or_exit, exit_on_error, mean_nll, or_exit_on_earlier_run};
+use zoo_examples::precision::Precision;
+use zoo_examples::{
+    Error, device_or_exit, exit_on_error, load_model, mean_nll, or_exit_on_earlier_run, save_model,
+};
 use zoo_train::{CausalLmTask, FitOptions, TrainConfig, fit};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -58,6 +64,15 @@ struct Args {
     /// run there stops with an error and leaves the first one as it was.
     #[arg(long)]
     overwrite: bool,
+    /// After training, the validation loss again with the weights in f16, bf16, q8 and
+    /// q4, each in a process of its own (a device's float type is set before its first
+    /// tensor).
+    #[arg(long)]
+    precisions: bool,
+    /// No training: the validation loss of the model that a finished run saved in
+    /// `--artifacts` (its `model` folder), with its weights at this precision.
+    #[arg(long, value_enum, conflicts_with_all = ["resume", "overwrite", "precisions"])]
+    evaluate: Option<Precision>,
 }
 
 const BLOCK: usize = 64;
@@ -69,7 +84,6 @@ fn main() {
 }
 
 fn run(args: Args) -> Result<(), Error> {
-    let device = device_or_exit(&args.device);
     let path = zoo_data::dataset_file("shakespeare/tiny.txt")?;
     let (train_text, val_text) = zoo_data::text::load_split(&path, 0.1)?;
     let vocab = CharVocab::from_text(&format!("{train_text}{val_text}"));
@@ -82,11 +96,40 @@ fn run(args: Args) -> Result<(), Error> {
         Preset::Gpt2 => base,
         Preset::Llama => base.llama_style(),
     };
+    let val_items = zoo_data::text::random_windows(&val_ids, BLOCK, VALID_WINDOWS, args.seed + 1)?;
+    let saved = args.artifacts.join("model");
+    if let Some(precision) = args.evaluate {
+        if !saved.join("model.json").is_file() {
+            return Err(format!(
+                "no trained model in {}: a finished run saves one there (train first, or pass \
+                 its --artifacts)",
+                saved.display()
+            )
+            .into());
+        }
+        let device = zoo_device::select_by_name_as(&args.device, precision.float())
+            .map_err(|e| e.to_string())?;
+        let (model, config) = load_model(&saved, &device)?;
+        if config.vocab_size != vocab.len() {
+            return Err(format!(
+                "{}: a model over {} characters, and the text has {}",
+                saved.display(),
+                config.vocab_size,
+                vocab.len()
+            )
+            .into());
+        }
+        let model = precision.apply(model, &device)?;
+        let val = mean_nll(&model, &val_items, 64, &device)?;
+        println!("shakespeare: precision={precision} val_loss={val:.4}");
+        return Ok(());
+    }
+    // Selected after `--evaluate`'s device: the first selection fixes the float type.
+    let device = device_or_exit(&args.device);
     // One random window per training example, as many as the run draws: every batch is
     // fresh, like sampling windows at each step.
     let train_items =
         zoo_data::text::random_windows(&train_ids, BLOCK, args.iters * BATCH, args.seed)?;
-    let val_items = zoo_data::text::random_windows(&val_ids, BLOCK, VALID_WINDOWS, args.seed + 1)?;
 
     let mut cfg = TrainConfig::steps(args.iters, args.eval_every, &args.artifacts);
     cfg.batch_size = BATCH;
@@ -127,6 +170,7 @@ fn run(args: Args) -> Result<(), Error> {
     )?;
     let secs = start.elapsed().as_secs_f64();
     let model = fitted.task.model.valid().to_device(&device);
+    save_model(&model, &model_cfg, &saved)?;
     for e in &fitted.epochs {
         println!(
             "step {:>5}: train_loss {:.4} valid_loss {:.4}",
@@ -140,6 +184,17 @@ fn run(args: Args) -> Result<(), Error> {
         "shakespeare: preset={:?} val_loss={val:.4} time={secs:.0}s iters={}",
         args.preset, args.iters
     );
+    if args.precisions {
+        println!(
+            "validation loss by precision (the model saved in {}):",
+            saved.display()
+        );
+        println!("  f32   {val:.4}");
+        for precision in &Precision::ALL[1..] {
+            let other = evaluate_in_child(&args, *precision)?;
+            println!("  {precision:<5} {other:.4} ({:+.4})", other - val);
+        }
+    }
 
     // Generate with a sliding context: each round keeps the last half block as prompt.
     let mut text: Vec<usize> = vocab.encode("\n")?;
@@ -155,4 +210,27 @@ fn run(args: Args) -> Result<(), Error> {
     }
     println!("{}", vocab.decode(&text)?);
     Ok(())
+}
+
+/// Runs this program again with `--evaluate PRECISION` on the same data, device and
+/// artifacts, and reads the validation loss it prints.
+fn evaluate_in_child(args: &Args, precision: Precision) -> Result<f64, Error> {
+    let out = Command::new(std::env::current_exe()?)
+        .args(["--device", &args.device, "--seed", &args.seed.to_string()])
+        .args(["--evaluate", precision.name(), "--artifacts"])
+        .arg(&args.artifacts)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let loss = stdout.lines().find_map(|l| {
+        l.rsplit_once("val_loss=")
+            .map(|(_, v)| v.trim().to_string())
+    });
+    match loss.and_then(|v| v.parse::<f64>().ok()) {
+        Some(v) if out.status.success() => Ok(v),
+        _ => Err(format!(
+            "the validation loss at {precision} was not measured: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into()),
+    }
 }

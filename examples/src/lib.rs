@@ -28,6 +28,7 @@ pub mod digits;
 pub mod labs {}
 pub mod g2p;
 pub mod globe;
+pub mod precision;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -716,6 +716,7 @@ pub fn run(args: &[String]) -> Result<bool> {
             .envs(cargo_env.vars.iter().map(|(k, v)| (k, v)));
         println!("bench: quality, quality.py");
         quality = run_process(command, "quality.py")?;
+        quality.push_str(&shakespeare_precisions(&cargo_env, &target, &threads)?);
     }
     let mut report = render(&table, &options, &python, started.elapsed().as_secs_f64());
     report.push_str(&quality);
@@ -728,6 +729,79 @@ pub fn run(args: &[String]) -> Result<bool> {
         .iter()
         .any(|(_, cells)| cells.iter().any(|(_, c)| !c.errors.is_empty()));
     Ok(!failed)
+}
+
+/// The Shakespeare rows of `docs/precision.md`'s quality section: the `shakespeare`
+/// example's gpt2 preset trained by its reference recipe on flex, then its validation loss
+/// with the weights at each precision (`--precisions`, each in a process of its own).
+fn shakespeare_precisions(cargo_env: &CargoEnv, target: &Path, threads: &str) -> Result<String> {
+    let mut build = cargo_env.cargo([
+        "build",
+        "--release",
+        "--workspace",
+        "--example",
+        "shakespeare",
+        "--features",
+        crate::ci::MATRIX_FEATURES,
+    ]);
+    crate::environment::run_checked(&mut build, "shakespeare build")?;
+    let artifacts = std::env::temp_dir().join("zoo-bench-shakespeare");
+    let mut command = Command::new(target.join("examples/shakespeare"));
+    command
+        .args([
+            "--device",
+            "flex",
+            "--precisions",
+            "--overwrite",
+            "--generate",
+            "0",
+        ])
+        .arg("--artifacts")
+        .arg(&artifacts)
+        .env("RAYON_NUM_THREADS", threads)
+        .envs(cargo_env.vars.iter().map(|(k, v)| (k, v)));
+    println!("bench: quality, shakespeare --precisions");
+    let out = run_process(command, "shakespeare --precisions")?;
+    let _ = fs::remove_dir_all(&artifacts);
+    let losses: Vec<(&str, &str)> = out
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let (name, loss) = (words.next()?, words.next()?);
+            let known = ["f32", "f16", "bf16", "q8", "q4"].contains(&name);
+            (known && loss.parse::<f64>().is_ok()).then_some((name, loss))
+        })
+        .collect();
+    if losses.len() != 5 {
+        return Err(format!(
+            "shakespeare --precisions: expected five validation losses, read {}:\n{out}",
+            losses.len()
+        ));
+    }
+    let mut section = String::from(
+        "\nThe `shakespeare` example's character model (gpt2 preset, 811,520 parameters), \
+         trained by its reference recipe on flex, then its validation loss (600 windows of 64 \
+         characters) with the same weights at each precision, each in its own process \
+         (`cargo run --release --example shakespeare -- --precisions`; q8 and q4 quantize \
+         the layers' linear weights in blocks of 32):\n\n| output |",
+    );
+    for (name, _) in &losses {
+        section.push_str(&format!(" {name} |"));
+    }
+    section.push_str(
+        "\n|---|---|---|---|---|---|\n| Shakespeare validation loss (nats per character) |",
+    );
+    for (_, loss) in &losses {
+        section.push_str(&format!(" {loss} |"));
+    }
+    section.push_str("\n| difference from f32 |");
+    let f32_loss: f64 = losses[0].1.parse().unwrap_or(f64::NAN);
+    for (_, loss) in &losses {
+        let d = loss.parse::<f64>().unwrap_or(f64::NAN) - f32_loss;
+        section.push_str(&format!(" {d:+.4} |"));
+    }
+    section.push('\n');
+    Ok(section)
 }
 
 fn write_atomic(path: &Path, text: &str) -> Result<()> {

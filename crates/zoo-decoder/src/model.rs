@@ -452,10 +452,15 @@ pub fn masked_cross_entropy(
     mask: Tensor<2, Bool>,
 ) -> Tensor<1> {
     let [b, t, v] = logits.dims();
+    // Over f32 logits whatever the model's precision, as `transformers` takes its loss.
+    let logits = match logits.dtype() {
+        burn::tensor::DType::F32 => logits,
+        _ => logits.cast(burn::tensor::DType::F32),
+    };
     let logp = burn::tensor::activation::log_softmax(logits.reshape([b * t, v]), 1);
     // [B T, V] gather [B T, 1] -> [B T]
     let picked = logp.gather(1, targets.reshape([b * t, 1])).reshape([b * t]);
-    let weight = mask.reshape([b * t]).float();
+    let weight = mask.reshape([b * t]).float().cast(burn::tensor::DType::F32);
     let count = weight.clone().sum().clamp_min(1.0);
     -(picked * weight).sum() / count
 }

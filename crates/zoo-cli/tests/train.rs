@@ -964,7 +964,10 @@ fn what_zoo_train_writes_loads_in_transformers() {
         read_json(&committed.join("config.json"))
     );
     let (fresh, kept) = (
-        zoo_core::WeightsFile::find(&out).unwrap().contents().unwrap(),
+        zoo_core::WeightsFile::find(&out)
+            .unwrap()
+            .contents()
+            .unwrap(),
         zoo_core::WeightsFile::find(&committed)
             .unwrap()
             .contents()

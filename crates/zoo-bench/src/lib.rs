@@ -140,6 +140,21 @@ pub fn timed_training_steps(
     Ok((times, last))
 }
 
+/// A decoder's next-token loss over a batch: the forward of `inputs` (`[B, T]` ids) and
+/// the cross-entropy of its logits against `targets` (the `B T` next ids, flattened).
+pub fn lm_loss(
+    model: &zoo_decoder::DecoderLm,
+    inputs: burn::tensor::Tensor<2, burn::tensor::Int>,
+    targets: burn::tensor::Tensor<1, burn::tensor::Int>,
+) -> burn::tensor::Tensor<1> {
+    let logits = model
+        .forward(zoo_decoder::DecoderInput::new(inputs))
+        .expect("a valid input")
+        .logits;
+    let [b, t, v] = logits.dims();
+    zoo_kernels::loss::cross_entropy(logits.reshape([b * t, v]), targets, None)
+}
+
 /// The process's peak resident memory (`VmHWM` of `/proc/self/status`) in MiB, the figure
 /// the PyTorch scripts read as `ru_maxrss`; `None` where the file is missing.
 pub fn peak_rss_mib() -> Option<f64> {

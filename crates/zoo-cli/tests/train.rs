@@ -860,19 +860,22 @@ fn flat(v: &serde_json::Value) -> Vec<f32> {
     }
 }
 
+/// 20 steps at lr 1e-2 on rows of at most 16 tokens, validated every 10.
+const TWENTY_STEPS: [&str; 8] = [
+    "--steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--lr",
+    "1e-2",
+    "--max-len",
+    "16",
+];
+
 #[test]
 fn gradient_checkpointing_keeps_the_losses() {
     let tmp = tempdir("train-checkpointing");
-    let args = [
-        "--steps",
-        "20",
-        "--eval-every",
-        "10",
-        "--lr",
-        "1e-2",
-        "--max-len",
-        "16",
-    ];
+    let args = TWENTY_STEPS;
     // Dropout off: recomputed blocks draw their masks from seeds of their own, so with
     // dropout on the two runs' masks differ (zoo-kernels' recompute tests compare
     // gradients under the same masks).
@@ -943,22 +946,7 @@ fn what_zoo_train_writes_loads_in_transformers() {
     assert_eq!(run.stdout.trim_end(), text);
 
     let out = tmp.join("out");
-    train_gpt2(
-        &tmp,
-        &out,
-        &[
-            "--steps",
-            "20",
-            "--eval-every",
-            "10",
-            "--lr",
-            "1e-2",
-            "--max-len",
-            "16",
-            "--seed",
-            "3",
-        ],
-    );
+    train_gpt2(&tmp, &out, &[&TWENTY_STEPS[..], &["--seed", "3"]].concat());
     assert_eq!(
         read_json(&out.join("config.json")),
         read_json(&committed.join("config.json"))

@@ -18,10 +18,9 @@ use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
-use zoo_bench::ALLOC;
+use zoo_bench::{ALLOC, lm_loss};
 use zoo_core::checkpoint::peft;
-use zoo_decoder::{DecoderConfig, DecoderInput, DecoderLm, HfDecoderConfig};
-use zoo_kernels::loss::cross_entropy;
+use zoo_decoder::{DecoderConfig, DecoderLm, HfDecoderConfig};
 
 mod cli;
 use cli::{or_exit, parse_and_start};
@@ -82,12 +81,7 @@ fn main() {
         let (trained, all) = peft::parameter_counts(&model);
         let mut optim = AdamWConfig::new().with_weight_decay(0.01).init();
         let mut step = |model: DecoderLm| -> (DecoderLm, f32) {
-            let logits = model
-                .forward(DecoderInput::new(inputs.clone()))
-                .expect("a valid input")
-                .logits
-                .reshape([b * t, v]);
-            let loss = cross_entropy(logits, targets.clone(), None);
+            let loss = lm_loss(&model, inputs.clone(), targets.clone());
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             let model = optim.step(1e-4, model, grads);
             (model, loss.into_scalar::<f32>())

@@ -24,8 +24,8 @@ use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
-use zoo_bench::ALLOC;
-use zoo_decoder::{DecoderConfig, DecoderInput};
+use zoo_bench::{ALLOC, lm_loss};
+use zoo_decoder::DecoderConfig;
 use zoo_encoder::model::EncoderInput;
 use zoo_encoder::{BertConfig, BertForSequenceClassification};
 use zoo_kernels::loss::cross_entropy;
@@ -101,12 +101,7 @@ fn gpt2_step(ad: &Device, b: usize, t: usize, runs: usize) -> Measured {
     let inputs = tokens.clone().slice([0..b, 0..t]);
     let targets = tokens.slice([0..b, 1..t + 1]).reshape([b * t]);
     measure(runs, || {
-        let logits = model
-            .forward(DecoderInput::new(inputs.clone()))
-            .expect("a valid input")
-            .logits
-            .reshape([b * t, v]);
-        let loss = cross_entropy(logits, targets.clone(), None);
+        let loss = lm_loss(&model, inputs.clone(), targets.clone());
         let grads = loss.backward();
         let value = loss.into_scalar::<f32>();
         drop(grads);

@@ -22,8 +22,8 @@ use clap::{Parser, ValueEnum};
 
 mod cli;
 use cli::{or_exit, parse_and_start, time_training};
-use zoo_decoder::{DecoderConfig, DecoderInput};
-use zoo_kernels::loss::cross_entropy;
+use zoo_bench::lm_loss;
+use zoo_decoder::DecoderConfig;
 
 /// Characters in the Shakespeare text's vocabulary.
 const VOCAB: usize = 65;
@@ -77,12 +77,11 @@ fn main() {
         model.valid().num_params()
     );
     let step = || {
-        let logits = model
-            .forward(DecoderInput::new(inputs.clone()))
-            .expect("a valid input")
-            .logits
-            .reshape([batch * block, VOCAB]);
-        let loss = cross_entropy(logits, targets.clone().reshape([batch * block]), None);
+        let loss = lm_loss(
+            &model,
+            inputs.clone(),
+            targets.clone().reshape([batch * block]),
+        );
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model.clone(), grads);
         loss.into_scalar::<f32>()

@@ -5,11 +5,11 @@
 //! first and last layers. Backends run the product on the packed weights where they can
 //! (CubeCL's) and dequantize before it otherwise (flex, ndarray).
 
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::quantization::{
-    Calibration, QuantScheme, QuantValue, ScaleDtype, compute_q_params, compute_range,
+    Calibration, QuantScheme, QuantStore, QuantValue, ScaleDtype, compute_q_params, compute_range,
 };
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 
 use crate::ModelError;
 
@@ -112,7 +112,7 @@ pub struct QuantReport {
     /// multiple of the block.
     pub kept: usize,
     /// Bytes of the quantized tensors before (in their float type) and after (values
-    /// and scales).
+    /// and scales, as the backend stores them: see [`stored_bytes`]).
     pub bytes_before: usize,
     /// See `bytes_before`.
     pub bytes_after: usize,
@@ -120,6 +120,8 @@ pub struct QuantReport {
 
 /// Quantizes the weights of the linear layers inside the layer stacks (a `Vec` of
 /// modules) of `model`, on `device`'s default scheme with `options`' values and scales.
+/// Weights quantized already (by [`crate::checkpoint::quantized_while_loading`], or a
+/// quantized checkpoint) are counted in the report and left as they are.
 ///
 /// # Errors
 /// A backend that cannot run quantized weights of that width (libtorch; ndarray below
@@ -160,6 +162,97 @@ pub fn scheme(options: &QuantOptions, device: &Device) -> Result<QuantScheme, St
     })
 }
 
+/// Whether the weight of a linear layer of `dims` `[in, out]` takes `options`: the output
+/// width is a multiple of the block (always, per tensor).
+pub(crate) fn takes_block(dims: &[usize], options: &QuantOptions) -> bool {
+    options
+        .block
+        .is_none_or(|b| dims.last().is_some_and(|w| w.is_multiple_of(b)))
+}
+
+/// `tensor` quantized with `scheme`: its range by min-max over each block (or the whole
+/// tensor), then Burn's symmetric values and scales. Loading and [`quantize_linear_weights`]
+/// both quantize through it, so a weight quantized as it is read equals one quantized after.
+pub(crate) fn quantize_tensor<const D: usize>(
+    tensor: Tensor<D>,
+    scheme: &QuantScheme,
+) -> Tensor<D> {
+    let range = compute_range(scheme, &tensor, &Calibration::MinMax);
+    let qparams = compute_q_params(scheme, range);
+    tensor.quantize(scheme, qparams)
+}
+
+/// The bytes a tensor of `dtype` and `shape` takes as its backend stores it.
+///
+/// A float tensor takes its type's width per value. A quantized one takes its values as
+/// its store packs them, plus its scales: [`QuantStore::Native`] holds one value per byte
+/// even below 8 bits (flex and ndarray keep 4-bit values as `i8`), `PackedU32` packs
+/// `32 / bits` values into each `u32` word along the innermost dimension, each line
+/// starting a word (wgpu and cuda), and `PackedNative` packs sub-byte values two to a byte.
+pub fn stored_bytes(dtype: DType, shape: &[usize]) -> usize {
+    let values: usize = shape.iter().product();
+    let DType::QFloat(scheme) = dtype else {
+        return values * dtype.size();
+    };
+    let bits = scheme.size_bits_value();
+    let data = match scheme.store {
+        QuantStore::Native => values * bits.div_ceil(8),
+        QuantStore::PackedU32(_) => {
+            let line = shape.last().copied().unwrap_or(1).max(1);
+            let per_word = 32 / bits;
+            (values / line) * line.div_ceil(per_word) * 4
+        }
+        QuantStore::PackedNative(_) => (values * bits).div_ceil(8),
+    };
+    let scale_bytes = |dtype: ScaleDtype| match dtype {
+        ScaleDtype::F32 => 4,
+        ScaleDtype::F16 | ScaleDtype::BF16 => 2,
+        ScaleDtype::UE8M0 | ScaleDtype::UE4M3 => 1,
+    };
+    let blocks = match scheme.block_size() {
+        Some(block) => values / block.num_elements().max(1),
+        None => 1,
+    };
+    let global = burn::tensor::quantization::global_scale_dtype(&scheme).map_or(0, scale_bytes);
+    data + blocks * scale_bytes(scheme.scale_dtype()) + global
+}
+
+/// The bytes a model's parameters take as its backend holds them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WeightBytes {
+    /// Every parameter, float or quantized ([`stored_bytes`] each).
+    pub total: usize,
+    /// The quantized parameters alone.
+    pub quantized: usize,
+    /// The values of the quantized parameters.
+    pub quantized_values: usize,
+}
+
+/// What `model`'s parameters take in memory: each tensor's [`stored_bytes`], read from
+/// its type and shape (nothing is read back from the device).
+pub fn weight_bytes<M: Module>(model: &M) -> WeightBytes {
+    struct Count(WeightBytes);
+    impl ModuleVisitor for Count {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let t = param.val();
+            let (dtype, dims) = (t.dtype(), t.dims());
+            let bytes = stored_bytes(dtype, &dims);
+            self.0.total += bytes;
+            if matches!(dtype, DType::QFloat(_)) {
+                self.0.quantized += bytes;
+                self.0.quantized_values += dims.iter().product::<usize>();
+            }
+        }
+        fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, burn::tensor::Int>>) {
+            let t = param.val();
+            self.0.total += stored_bytes(t.dtype(), &t.dims());
+        }
+    }
+    let mut count = Count(WeightBytes::default());
+    model.visit(&mut count);
+    count.0
+}
+
 struct LinearQuantizer {
     scheme: QuantScheme,
     options: QuantOptions,
@@ -190,25 +283,103 @@ impl ModuleMapper for LinearQuantizer {
         if D != 2 || !self.in_stack_linear_weight() {
             return param;
         }
-        let dims = param.val().dims();
-        let values: usize = dims.iter().product();
-        if let Some(b) = self.options.block
-            && !dims[D - 1].is_multiple_of(b)
-        {
+        let (dims, dtype) = (param.lazy_shape().to_vec(), param.val().dtype());
+        if !takes_block(&dims, &self.options) {
             self.report.kept += 1;
             return param;
         }
-        let scales = self.options.block.map_or(1, |b| values / b);
+        let values: usize = dims.iter().product();
         self.report.tensors += 1;
         self.report.values += values;
-        self.report.bytes_before += values * param.val().dtype().size();
-        self.report.bytes_after +=
-            (values * self.options.bits.bits() as usize).div_ceil(8) + scales * 4;
+        if let DType::QFloat(_) = dtype {
+            // Quantized as it was read: the float type it was read in is the device's.
+            let float = zoo_device::FloatType::of(&param.lazy_device()).unwrap_or_default();
+            self.report.bytes_before += values * float.bytes();
+            self.report.bytes_after += stored_bytes(dtype, &dims);
+            return param;
+        }
+        self.report.bytes_before += values * dtype.size();
+        self.report.bytes_after += stored_bytes(DType::QFloat(self.scheme), &dims);
         let scheme = self.scheme;
-        param.map(move |tensor| {
-            let range = compute_range(&scheme, &tensor, &Calibration::MinMax);
-            let qparams = compute_q_params(&scheme, range);
-            tensor.quantize(&scheme, qparams)
+        param.map(move |tensor| quantize_tensor(tensor, &scheme))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::LinearConfig;
+    use zoo_device::test_device;
+
+    fn q(value: QuantValue, store: QuantStore, block: Option<u8>) -> DType {
+        let base = QuantScheme::default().with_value(value).with_store(store);
+        DType::QFloat(match block {
+            Some(b) => base.per_block([b], ScaleDtype::F32),
+            None => base.per_tensor(ScaleDtype::F32),
         })
+    }
+
+    /// Each store's bytes, worked by hand: 64 x 96 values, blocks of 32 (192 f32 scales,
+    /// 768 bytes); a `u32` word holds four 8-bit or eight 4-bit values, and each line of
+    /// 96 starts a word.
+    #[test]
+    fn stored_bytes_follow_each_store() {
+        let shape = [64, 96];
+        assert_eq!(stored_bytes(DType::F32, &shape), 64 * 96 * 4);
+        assert_eq!(stored_bytes(DType::F16, &shape), 64 * 96 * 2);
+        let native8 = q(QuantValue::Q8S, QuantStore::Native, Some(32));
+        assert_eq!(stored_bytes(native8, &shape), 6144 + 768);
+        // One value per byte below 8 bits too, as flex and ndarray keep them.
+        let native4 = q(QuantValue::Q4S, QuantStore::Native, Some(32));
+        assert_eq!(stored_bytes(native4, &shape), 6144 + 768);
+        let packed8 = q(QuantValue::Q8S, QuantStore::PackedU32(0), Some(32));
+        assert_eq!(stored_bytes(packed8, &shape), 64 * 24 * 4 + 768);
+        let packed4 = q(QuantValue::Q4S, QuantStore::PackedU32(0), Some(32));
+        assert_eq!(stored_bytes(packed4, &shape), 64 * 12 * 4 + 768);
+        // A line of 100 4-bit values takes 13 words; one f32 scale per tensor.
+        let tensor4 = q(QuantValue::Q4S, QuantStore::PackedU32(0), None);
+        assert_eq!(stored_bytes(tensor4, &[3, 100]), 3 * 13 * 4 + 4);
+    }
+
+    /// A model's weight bytes as quantizing leaves them: inside a `Vec` the linear
+    /// weights are quantized and counted at their stored size, and the report's bytes
+    /// after are theirs; the biases and the weight outside the `Vec` stay f32.
+    #[test]
+    fn weight_bytes_count_what_quantizing_left() {
+        #[derive(Module, Debug)]
+        struct Net {
+            layers: Vec<burn::nn::Linear>,
+            head: burn::nn::Linear,
+        }
+        let device = test_device();
+        let net = Net {
+            layers: vec![LinearConfig::new(32, 64).init(&device)],
+            head: LinearConfig::new(64, 8).init(&device),
+        };
+        let f32_bytes = (32 * 64 + 64 + 64 * 8 + 8) * 4;
+        assert_eq!(
+            weight_bytes(&net),
+            WeightBytes {
+                total: f32_bytes,
+                quantized: 0,
+                quantized_values: 0
+            }
+        );
+        let options = QuantOptions::per_block(QuantBits::Q8, 32);
+        let Ok((net, report)) = quantize_linear_weights(net, &options, &device) else {
+            return; // a backend without quantized weights (libtorch)
+        };
+        let w = weight_bytes(&net);
+        assert_eq!(report.tensors, 1);
+        assert_eq!(w.quantized_values, 32 * 64);
+        assert_eq!(w.quantized, report.bytes_after);
+        assert_eq!(report.bytes_before, 32 * 64 * 4);
+        assert_eq!(
+            w.total,
+            f32_bytes - report.bytes_before + report.bytes_after
+        );
+        // 8 bits and one f32 scale per 32 values: 1.125 bytes a value on flex and ndarray,
+        // packed into words elsewhere, the same 1.125.
+        assert_eq!(w.quantized, 32 * 64 + 64 * 4);
     }
 }

@@ -270,11 +270,19 @@ pub fn encoder_outputs(
 pub trait ParamCount {
     /// Parameters of the model.
     fn param_count(&self) -> usize;
+
+    /// The bytes its parameters take as the backend holds them
+    /// ([`crate::quant::weight_bytes`]).
+    fn weight_bytes(&self) -> crate::quant::WeightBytes;
 }
 
 impl<M: burn::module::Module> ParamCount for M {
     fn param_count(&self) -> usize {
         self.num_params()
+    }
+
+    fn weight_bytes(&self) -> crate::quant::WeightBytes {
+        crate::quant::weight_bytes(self)
     }
 }
 

@@ -256,11 +256,12 @@ pub fn fits_in_memory(what: &str, values: f64, bytes_each: f64) -> Result {
 /// `rows` rows of that width (the vocabulary, position and token-type tables, a patch
 /// projection): a lower bound of its parameters, the `rows × width` tables and, per
 /// layer, the query and output projections between `width` and the heads' total width
-/// `attn_width`, and two feed-forward matrices of `d_ff`, at two bytes each (half
-/// precision, the least a model loads in). A lower bound, so that no model that fits in
-/// some float type is refused here; the loader checks the exact count in the chosen
-/// type ([`model_fits`]) before it allocates. Formed in floats, so that no product of
-/// config values overflows.
+/// `attn_width`, and two feed-forward matrices of `d_ff`, at the fewest bytes each that a
+/// model loads in: two for the tables (half precision), half a byte for the layers'
+/// weights (4-bit values, `--quantize q4`). A lower bound, so that no model that fits in
+/// some float type or quantization is refused here; the loader checks the exact bytes in
+/// the chosen type and quantization ([`model_fits`]) before it allocates. Formed in
+/// floats, so that no product of config values overflows.
 ///
 /// # Errors
 /// As [`fits_in_memory`].
@@ -274,14 +275,15 @@ pub fn transformer_fits(
 ) -> Result {
     let (r, d, l, f) = (rows as f64, width as f64, layers as f64, d_ff as f64);
     let a = attn_width as f64;
-    let params = r * d + l * (2.0 * d * a + 2.0 * d * f);
+    let (tables, layers) = (r * d, l * (2.0 * d * a + 2.0 * d * f));
     fits_in_memory(
         &format!(
-            "{what}, at least {} parameters in half precision,",
-            count(params)
+            "{what}, at least {} parameters, the tables in half precision and the layers in \
+             4 bits,",
+            count(tables + layers)
         ),
-        params,
-        2.0,
+        2.0 * tables + 0.5 * layers,
+        1.0,
     )
 }
 

@@ -381,7 +381,10 @@ mod tests {
         let e = e.to_string();
         assert!(
             e.starts_with("invalid decoder config: the decoder's weights, at least 64,000,000,0")
-                && e.contains(" parameters in half precision, would need 119209.3 GiB"),
+                && e.contains(
+                    " parameters, the tables in half precision and the layers in 4 bits, \
+                     would need 119209.3 GiB"
+                ),
             "{e}"
         );
         for cfg in [

@@ -302,6 +302,25 @@ impl AutoModel {
         Detected::new(dir)?.load(device)
     }
 
+    /// [`Self::from_pretrained`] with the linear weights of the layer stacks quantized as
+    /// they are read ([`zoo_core::checkpoint::quantized_while_loading`]), so that loading
+    /// never holds them in float: the model and report of [`Self::quantize`] after
+    /// [`Self::from_pretrained`], at about the quantized model's peak memory.
+    ///
+    /// # Errors
+    /// As [`Self::from_pretrained`] and [`Self::quantize`].
+    pub fn from_pretrained_quantized(
+        dir: impl AsRef<Path>,
+        options: &QuantOptions,
+        device: &Device,
+    ) -> Result<(Self, QuantReport)> {
+        options.check()?;
+        zoo_core::checkpoint::quantized_while_loading(options, || {
+            Self::from_pretrained(dir, device)
+        })?
+        .quantize(options, device)
+    }
+
     /// [`Self::from_pretrained`] (a folder or a hub id), with the PEFT LoRA adapter of `adapter` folded into the
     /// weights when one is given.
     ///
@@ -332,6 +351,11 @@ impl AutoModel {
     /// Parameters of the model.
     pub fn num_params(&self) -> usize {
         self.model.param_count()
+    }
+
+    /// The bytes its parameters take as the backend holds them, quantized ones included.
+    pub fn weight_bytes(&self) -> zoo_core::quant::WeightBytes {
+        self.model.weight_bytes()
     }
 
     /// The outputs of one forward pass, named as HF names them, after checking that the

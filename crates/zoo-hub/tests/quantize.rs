@@ -154,6 +154,52 @@ fn the_quantized_product_equals_burns_through_every_family() {
     }
 }
 
+/// Quantizing as the weights are read (`AutoModel::from_pretrained_quantized`, what every
+/// `zoo` command does with `--quantize`) gives the model that quantizing after loading
+/// gives, on every family: the same report, the same stored bytes and the same outputs
+/// (within 1e-5 of each output's largest magnitude: the same values and scales; the
+/// bound is the kernel's against Burn's product, since the test beside it turns the
+/// kernel off for the whole process while it runs); control: the f32 model's outputs are
+/// further from it than 1e-3. On libtorch it is refused as quantizing after loading is.
+#[test]
+fn quantizing_while_loading_gives_the_model_quantized_after_loading() {
+    let device = test_device();
+    let backend = test_backend();
+    let mut options = vec![QuantOptions::per_tensor(QuantBits::Q8)];
+    if backend != BackendName::NdArray {
+        options.push(QuantOptions::per_block(QuantBits::Q4, 8));
+    }
+    for (family, name) in FIXTURES {
+        let dir = dir(family, name);
+        let input = input(&zoo_fixtures::expected::<Value>(&dir));
+        for q in &options {
+            let loaded = AutoModel::from_pretrained_quantized(&dir, q, &device);
+            if matches!(backend, BackendName::Tch | BackendName::TchCuda) {
+                let e = loaded.unwrap_err().to_string();
+                assert!(e.contains("not supported on tch"), "{name}: {e}");
+                break;
+            }
+            let (model, report) = loaded.unwrap();
+            let float = AutoModel::from_pretrained(&dir, &device).unwrap();
+            let f32_out = float.forward(&input, &device).unwrap();
+            let (after, report_after) = float.quantize(q, &device).unwrap();
+            assert_eq!(report, report_after, "{name} {q}");
+            assert!(report.tensors >= 2, "{name} {q}: {report:?}");
+            assert_eq!(model.weight_bytes(), after.weight_bytes(), "{name} {q}");
+            assert!(model.weight_bytes().quantized > 0, "{name} {q}");
+            let want = after.forward(&input, &device).unwrap();
+            let got = model.forward(&input, &device).unwrap();
+            let errs = relative_errors(&want, &got);
+            assert!(errs.iter().all(|e| *e < 1e-5), "{name} {q}: {errs:?}");
+            let control = relative_errors(&f32_out, &got);
+            assert!(
+                control.iter().any(|e| *e > 1e-3),
+                "{name} {q}: as near the f32 model: {control:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_quantization_options_are_refused_in_one_sentence() {
     let device = test_device();

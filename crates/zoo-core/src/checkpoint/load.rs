@@ -11,6 +11,7 @@ use burn::tensor::DType;
 use super::keymap::Direction;
 use super::weights::{cast_float, repack};
 use super::{CheckpointError, KeyMap, PackTensor, TensorReport, WeightsFile};
+use crate::QuantOptions;
 
 /// Loads `tensors` (by checkpoint name) into `module` through `map`.
 ///
@@ -44,6 +45,115 @@ pub(crate) fn load_some<M: Module>(
 
 thread_local! {
     static HEADERS_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static QUANTIZE: std::cell::Cell<Option<QuantOptions>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with every load in it on this thread ([`load_into`], [`load_tensors`])
+/// quantizing the weights of the linear layers inside the layer stacks as each is read,
+/// with `options`, as [`crate::quantize_linear_weights`] quantizes them after loading (the
+/// same tensors, to the same values): each is read, quantized and dropped before the next
+/// is read, so loading never holds those weights in float, and its peak memory is about
+/// the quantized model's. Embeddings, heads, norms and biases load in their precision.
+///
+/// Load a model whose weights change after loading (a LoRA adapter merged into them)
+/// outside it, and quantize after the merge.
+pub fn quantized_while_loading<T>(options: &QuantOptions, f: impl FnOnce() -> T) -> T {
+    struct Reset(Option<QuantOptions>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            QUANTIZE.with(|q| q.set(self.0));
+        }
+    }
+    let _reset = Reset(QUANTIZE.with(|q| q.replace(Some(*options))));
+    f()
+}
+
+/// The family's adapter, then the linear weights of the layer stacks quantized as they
+/// are read (see [`quantized_while_loading`]).
+#[derive(Clone)]
+struct QuantizeOnLoad {
+    inner: super::keymap::HfAdapter,
+    options: QuantOptions,
+    scheme: burn::tensor::quantization::QuantScheme,
+    /// The type a quantized tensor of `scheme` has on `device`.
+    dtype: DType,
+    device: burn::tensor::Device,
+}
+
+impl QuantizeOnLoad {
+    fn new(
+        inner: super::keymap::HfAdapter,
+        options: QuantOptions,
+        device: &burn::tensor::Device,
+    ) -> Result<Self, String> {
+        let scheme = crate::quant::scheme(&options, device)?;
+        // The type the backend gives a quantized tensor (its store), from a probe whose
+        // width is whole blocks and whole `u32` words (wgpu packs values into them).
+        let width = options.block.map_or(32, |b| b * 8);
+        let probe = burn::tensor::Tensor::<2>::ones([1, width], device);
+        let dtype = crate::quant::quantize_tensor(probe, &scheme).dtype();
+        Ok(Self {
+            inner,
+            options,
+            scheme,
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    /// The values and stored bytes of the weights of `shapes` that it quantizes.
+    fn bytes_of(&self, shapes: &[Vec<usize>]) -> (usize, usize) {
+        shapes
+            .iter()
+            .filter(|shape| crate::quant::takes_block(shape, &self.options))
+            .fold((0, 0), |(values, bytes), shape| {
+                (
+                    values + shape.iter().product::<usize>(),
+                    bytes + crate::quant::stored_bytes(self.dtype, shape),
+                )
+            })
+    }
+
+    /// A float `[in, out]` weight of a `Linear` inside a layer stack (a path through a
+    /// `Vec`, whose items are numbered), whose width the block divides: what
+    /// [`crate::quantize_linear_weights`] quantizes.
+    fn takes(&self, tensor: &PackTensor, ctx: &burn::store::ModuleContext<'_>) -> bool {
+        let float = matches!(tensor.dtype, DType::F32 | DType::F16 | DType::BF16);
+        let mut segments = tensor.name.split('.');
+        let last = segments.next_back();
+        let in_stack = segments.any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+        float
+            && in_stack
+            && last == Some("weight")
+            && ctx.module_type() == Some("Struct:Linear")
+            && tensor.shape.num_dims() == 2
+            && crate::quant::takes_block(&tensor.shape, &self.options)
+    }
+}
+
+impl burn::store::ModuleAdapter for QuantizeOnLoad {
+    fn adapt(&self, tensor: PackTensor, ctx: burn::store::ModuleContext<'_>) -> PackTensor {
+        let tensor = self.inner.adapt(tensor, ctx);
+        if !self.takes(&tensor, &ctx) {
+            return tensor;
+        }
+        let (name, shape, id) = (tensor.name.clone(), tensor.shape.clone(), tensor.param_id);
+        let (scheme, device) = (self.scheme, self.device.clone());
+        burn::store::bridge::deferred(name, self.dtype, shape, id, move || {
+            let data = burn::store::bridge::to_data(&tensor)?;
+            let weight = burn::tensor::Tensor::<2>::from_data(data, &device);
+            Ok(crate::quant::quantize_tensor(weight, &scheme).into_data())
+        })
+    }
+
+    fn get_alternative_param_name(&self, param_name: &str, container_type: &str) -> Option<String> {
+        self.inner
+            .get_alternative_param_name(param_name, container_type)
+    }
+
+    fn clone_box(&self) -> Box<dyn burn::store::ModuleAdapter> {
+        Box::new(self.clone())
+    }
 }
 
 /// Runs `f` with every load in it on this thread ([`load_into`], [`load_tensors`]) reading
@@ -187,28 +297,54 @@ fn load<M: Module>(
             .cloned()
             .unwrap_or_else(|| map.checkpoint_name(module_path))
     };
-    let model_shapes = shapes.0;
+    let model_shapes = shapes.shapes;
 
+    let adapter = map.adapter(Direction::ToBurn);
+    let quantizer = match (QUANTIZE.with(std::cell::Cell::get), devices.first()) {
+        (Some(options), Some(device)) if !headers_only => Some(
+            QuantizeOnLoad::new(adapter.clone(), options, device).map_err(|message| {
+                CheckpointError::Format {
+                    path: path.to_path_buf(),
+                    message,
+                }
+            })?,
+        ),
+        _ => None,
+    };
     if whole
         && !headers_only
         && let Some(float) = devices.first().and_then(zoo_device::FloatType::of)
     {
-        crate::validate::model_fits(module.num_params(), float.as_str(), float.bytes()).map_err(
-            |e| CheckpointError::TooLarge {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            },
-        )?;
+        let params = module.num_params();
+        let fits = match &quantizer {
+            None => crate::validate::model_fits(params, float.as_str(), float.bytes()),
+            Some(q) => {
+                let (values, bytes) = q.bytes_of(&shapes.stack_linear_weights);
+                crate::validate::fits_in_memory(
+                    &format!(
+                        "the model's {} parameters in {float}, {} of them quantized {},",
+                        crate::thousands(params),
+                        crate::thousands(values),
+                        q.options
+                    ),
+                    ((params - values) * float.bytes() + bytes) as f64,
+                    1.0,
+                )
+            }
+        };
+        fits.map_err(|e| CheckpointError::TooLarge {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
     }
-    let adapter = map.adapter(Direction::ToBurn);
     let seen = Seen::default();
-    let adapter: Box<dyn burn::store::ModuleAdapter> = if headers_only {
-        Box::new(HeadersOnly {
+    let adapter: Box<dyn burn::store::ModuleAdapter> = match quantizer {
+        _ if headers_only => Box::new(HeadersOnly {
             inner: adapter,
             seen: seen.clone(),
-        })
-    } else {
-        Box::new(adapter)
+        }),
+        Some(q) => Box::new(q),
+        None => Box::new(adapter),
     };
     let mut result = module.apply(renamed, None, Some(adapter), true);
     if headers_only {
@@ -305,30 +441,41 @@ fn check_tensor_bytes<'a>(
 
 /// Every parameter's path (enum variants left out, as the loader names them) and shape,
 /// from `Param::lazy_shape`: nothing is initialised or read.
-struct LazyShapes(BTreeMap<String, Vec<usize>>, Vec<String>);
+#[derive(Default)]
+struct LazyShapes {
+    shapes: BTreeMap<String, Vec<usize>>,
+    path: Vec<String>,
+    /// The type holding each level of `path`, enum variants included.
+    holders: Vec<String>,
+    /// The shapes of the weights of the linear layers inside layer stacks (under a `Vec`),
+    /// the ones that quantizing takes.
+    stack_linear_weights: Vec<Vec<usize>>,
+}
 
 impl LazyShapes {
     fn of<M: Module>(module: &M) -> Self {
-        let mut shapes = Self(BTreeMap::new(), Vec::new());
+        let mut shapes = Self::default();
         module.visit(&mut shapes);
         shapes
     }
 
     fn add(&mut self, shape: burn::tensor::Shape) {
-        self.0.insert(self.1.join("."), shape.to_vec());
+        self.shapes.insert(self.path.join("."), shape.to_vec());
     }
 }
 
 impl burn::module::ModuleVisitor for LazyShapes {
     fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.holders.push(container_type.to_string());
         if !container_type.starts_with("Enum:") {
-            self.1.push(name.to_string());
+            self.path.push(name.to_string());
         }
     }
 
     fn exit_module(&mut self, _name: &str, container_type: &str) {
+        self.holders.pop();
         if !container_type.starts_with("Enum:") {
-            self.1.pop();
+            self.path.pop();
         }
     }
 
@@ -336,7 +483,15 @@ impl burn::module::ModuleVisitor for LazyShapes {
         &mut self,
         param: &burn::module::Param<burn::tensor::Tensor<D>>,
     ) {
-        self.add(param.lazy_shape());
+        let shape = param.lazy_shape();
+        if D == 2
+            && self.path.last().is_some_and(|p| p == "weight")
+            && self.holders.last().is_some_and(|h| h == "Struct:Linear")
+            && self.holders.iter().any(|h| h == "Vec")
+        {
+            self.stack_linear_weights.push(shape.to_vec());
+        }
+        self.add(shape);
     }
 
     fn visit_int<const D: usize>(
@@ -420,7 +575,7 @@ mod tests {
         let mut model = LinearConfig::new(3, 2).init(&device);
         let shapes = LazyShapes::of(&model);
         assert_eq!(
-            shapes.0,
+            shapes.shapes,
             BTreeMap::from([
                 ("bias".to_string(), vec![2]),
                 ("weight".to_string(), vec![3, 2]),

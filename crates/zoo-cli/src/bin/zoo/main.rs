@@ -317,6 +317,41 @@ impl QuantArgs {
         Ok(Some(options))
     }
 
+    /// The model that `load` loads, with the linear weights of its layer stacks quantized
+    /// as they are read when asked (so that loading never holds them in float), and a line
+    /// on stderr that says what was done.
+    pub(crate) fn load(
+        &self,
+        device: &Device,
+        load: impl FnOnce() -> Result<AutoModel>,
+    ) -> Result<AutoModel> {
+        let Some(options) = self.options()? else {
+            return load();
+        };
+        let model = zoo_core::checkpoint::quantized_while_loading(&options, load)?;
+        let (model, report) = model.quantize(&options, device)?;
+        report_quantized(&options, &report, device);
+        Ok(model)
+    }
+
+    /// The model of `dir` with the adapter of `adapter` folded in, when one is given,
+    /// quantized when asked: as it loads without an adapter ([`Self::load`]), after the
+    /// adapter is folded into the float weights with one.
+    pub(crate) fn load_adapted(
+        &self,
+        dir: &Path,
+        adapter: Option<&Path>,
+        device: &Device,
+    ) -> Result<AutoModel> {
+        match adapter {
+            Some(_) => self.apply(
+                AutoModel::from_pretrained_adapted(dir, adapter, device)?,
+                device,
+            ),
+            None => self.load(device, || Ok(AutoModel::from_pretrained(dir, device)?)),
+        }
+    }
+
     /// `model`, quantized when asked, with a line on stderr that says what was done.
     pub(crate) fn apply(&self, model: AutoModel, device: &Device) -> Result<AutoModel> {
         let Some(options) = self.options()? else {
@@ -683,10 +718,9 @@ fn forward(
     let detected = Detected::new(dir)?;
     detected.check_input(&parsed)?;
     let model = match adapter {
-        Some(a) => detected.load_adapted(a, device)?,
-        None => detected.load(device)?,
+        Some(a) => quant.apply(detected.load_adapted(a, device)?, device)?,
+        None => quant.load(device, || Ok(detected.load(device)?))?,
     };
-    let model = quant.apply(model, device)?;
     let outputs = model.forward(&parsed, device)?;
     json::write_outputs(output, &outputs)?;
     let names: Vec<String> = outputs
@@ -916,9 +950,9 @@ fn json_text(value: &serde_json::Value) -> Result<String> {
 }
 
 fn translate(args: &TranslateArgs, device: &Device) -> Result<()> {
-    let loaded = args
-        .quant
-        .apply(AutoModel::from_pretrained(&args.model, device)?, device)?;
+    let loaded = args.quant.load(device, || {
+        Ok(AutoModel::from_pretrained(&args.model, device)?)
+    })?;
     let Some(model) = loaded.translator() else {
         let kind = "an encoder-decoder model";
         return Err(not_for(
@@ -989,10 +1023,7 @@ fn classify(
     if top == 0 {
         return Err(CliError::Input("--top must be > 0, got 0".into()));
     }
-    let model = quant.apply(
-        AutoModel::from_pretrained_adapted(dir, adapter, device)?,
-        device,
-    )?;
+    let model = quant.load_adapted(dir, adapter, device)?;
     let arch = model.architecture();
     let Some(classifier) = model.classifier() else {
         return Err(CliError::Unsupported(format!(
@@ -1062,12 +1093,19 @@ fn embed(
             message: "no such model folder".into(),
         });
     }
-    let mut encoder = SentenceEncoder::from_pretrained(dir, device)?;
-    if let Some(options) = quant.options()? {
-        let (quantized, report) = encoder.quantize(&options, device)?;
-        report_quantized(&options, &report, device);
-        encoder = quantized;
-    }
+    let encoder = match quant.options()? {
+        None => SentenceEncoder::from_pretrained(dir, device)?,
+        Some(options) => {
+            // Quantized as the weights are read, then counted.
+            let (encoder, report) =
+                zoo_core::checkpoint::quantized_while_loading(&options, || {
+                    SentenceEncoder::from_pretrained(dir, device)
+                })?
+                .quantize(&options, device)?;
+            report_quantized(&options, &report, device);
+            encoder
+        }
+    };
     let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
     let embeddings = encoder.encode(&refs, 32, device)?;
     let shape = embeddings.dims().to_vec();

@@ -115,10 +115,7 @@ fn load_lm(
     quant: &crate::QuantArgs,
     device: &Device,
 ) -> Result<AutoModel> {
-    let model = quant.apply(
-        AutoModel::from_pretrained_adapted(dir, adapter, device)?,
-        device,
-    )?;
+    let model = quant.load_adapted(dir, adapter, device)?;
     if model.generator().is_none() {
         return Err(not_for(command, Task::Generate, "a causal LM", dir, &model));
     }

@@ -431,8 +431,7 @@ pub(crate) fn quantize(
         .options()?
         .expect("zoo quantize always names a scheme");
     check_written_output(model, output, overwrite, "quantized")?;
-    let (quantized, report) =
-        AutoModel::from_pretrained(model, device)?.quantize(&options, device)?;
+    let (quantized, report) = AutoModel::from_pretrained_quantized(model, &options, device)?;
     crate::report_quantized(&options, &report, device);
     quantized.save_pretrained(output)?;
     let mut copied = copy_companions(model, output)?;

@@ -294,31 +294,54 @@ fn loading_rows() -> Vec<Row> {
         ("4c", "GPT-2 small", "gpt2", "f32", "f16"),
         ("4d", "BERT-base", "bert", "f32", "f32"),
         ("4e", "BERT-base", "bert", "f16", "f16"),
+        // Quantized as read (`--quantize`), against the weights as held: f32 embeddings
+        // and 8- or 4-bit layers. transformers has no counterpart to load beside it.
+        ("4f", "GPT-2 small", "gpt2", "f32", "q8"),
+        ("4g", "GPT-2 small", "gpt2", "f32", "q4"),
     ];
     let mut rows = Vec::new();
     for (id, name, kind, stored, float) in loads {
         let dir = leak(format!("{CHECKPOINTS}/{kind}-{stored}"));
-        let zoo = (
-            "load",
-            vec!["--model", dir, "--dtype", float, "--runs", "1"],
-        );
+        let quantized = float.starts_with('q');
+        let (what, zoo) = if quantized {
+            (
+                leak(format!("f32 with {float} layers quantized as read")),
+                (
+                    "load",
+                    vec!["--model", dir, "--quantize", float, "--runs", "1"],
+                ),
+            )
+        } else {
+            (
+                float,
+                (
+                    "load",
+                    vec!["--model", dir, "--dtype", float, "--runs", "1"],
+                ),
+            )
+        };
         rows.push(Row {
             id,
             title: leak(format!(
-                "{name} loaded from a file in {stored}, as {float}: resident memory added \
+                "{name} loaded from a file in {stored}, as {what}: resident memory added \
                  at the peak over the weights' bytes"
             )),
             zoo: zoo.clone(),
-            torch: Some(("load.py", vec!["--model", dir, "--dtype", float])),
+            torch: (!quantized).then(|| ("load.py", vec!["--model", dir, "--dtype", float])),
             unit: "×",
             figure: "rss_added_over_weights",
-            backends: Some(&["flex", "tch"]),
+            // libtorch has no quantized weights in Burn 0.22.1.
+            backends: Some(if quantized {
+                &["flex"]
+            } else {
+                &["flex", "tch"]
+            }),
         });
         // The program's allocator sees flex's tensors, not libtorch's.
         rows.push(Row {
             id: leak(format!("{id}'")),
             title: leak(format!(
-                "{name} loaded from a file in {stored}, as {float}: bytes allocated at the \
+                "{name} loaded from a file in {stored}, as {what}: bytes allocated at the \
                  peak over the weights' bytes"
             )),
             zoo,
@@ -485,6 +508,9 @@ fn list(v: &str) -> Vec<String> {
 pub struct Measured {
     pub value: f64,
     pub peak_rss_mib: Option<f64>,
+    /// What the model's weights take in memory, and the bytes per value of its quantized
+    /// ones (0 when none is), where the program reports them.
+    pub weights: Option<(f64, f64)>,
 }
 
 /// Reads `figure` and `peak_rss_mib` from the last `bench-result {...}` line of `stdout`.
@@ -504,6 +530,7 @@ pub fn parse_result(stdout: &str, figure: &str) -> Option<Measured> {
     Some(Measured {
         value: number(figure)?,
         peak_rss_mib: number("peak_rss_mib"),
+        weights: number("weights_mib").zip(number("quantized_bytes_per_value")),
     })
 }
 
@@ -530,6 +557,8 @@ struct Cell {
     ratios: Vec<f64>,
     zoo_rss: Vec<f64>,
     torch_rss: Vec<f64>,
+    /// The zoo's weights in MiB and bytes per quantized value, from its last round.
+    weights: Option<(f64, f64)>,
     errors: Vec<String>,
 }
 
@@ -656,6 +685,7 @@ pub fn run(args: &[String]) -> Result<bool> {
                     Ok(m) => {
                         cell.zoo.push(m.value);
                         cell.zoo_rss.extend(m.peak_rss_mib);
+                        cell.weights = m.weights.or(cell.weights);
                         zoo_this_round.push(Some(m.value));
                     }
                     Err(e) => {
@@ -902,6 +932,59 @@ fn render(
     }
     if options.precision {
         out.push_str(&against_f32(table));
+        out.push_str(&weights_in_memory(table));
+    }
+    out
+}
+
+/// The table of what each model's weights take in memory at each precision, read from
+/// the forward rows of [`precision_rows`] (each program counts its parameters as the
+/// backend stores them: `zoo_core::quant::weight_bytes`).
+fn weights_in_memory(table: &[(Row, Vec<(String, Cell)>)]) -> String {
+    let variants = ["f32", "f16", "bf16", "q8", "q4"];
+    let mut out = String::from(
+        "\n## Weights in memory\n\nWhat each model's parameters take as the backend holds \
+         them, from the forward rows' processes (`zoo_core::quant::weight_bytes`: a float \
+         tensor at its type's width, a quantized one at its store's, scales included), in \
+         MiB and over f32's; then the quantized linear weights alone, in bytes per value \
+         and over f32's 4 bytes. q8 and q4 quantize the layer stacks' linear weights only \
+         (embeddings, heads, norms and biases keep f32, as by default in every `zoo` \
+         command), so the whole model's ratio keeps the embeddings' share.\n\n\
+         | model | backend | precision | weights (MiB) | over f32 | quantized weights: bytes per value | over f32 |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    let find = |workload: &str, variant: &str, backend: &str| {
+        let (_, cells) = table
+            .iter()
+            .find(|(row, _)| row.id == format!("{workload} {variant}"))?;
+        let (_, cell) = cells.iter().find(|(b, _)| b == backend)?;
+        cell.weights
+    };
+    for (workload, model) in [
+        ("1a", "GPT-2 small"),
+        ("5", "Llama 100M"),
+        ("3", "BERT-base"),
+        ("7", "ViT-B/16"),
+    ] {
+        for backend in ["flex", "ndarray", "wgpu", "tch"] {
+            let Some((base, _)) = find(workload, "f32", backend) else {
+                continue;
+            };
+            for variant in variants {
+                let Some((mib, per_value)) = find(workload, variant, backend) else {
+                    continue;
+                };
+                let (per_value, over) = if per_value > 0.0 {
+                    (format!("{per_value:.3}"), format!("{:.3}", per_value / 4.0))
+                } else {
+                    ("-".into(), "-".into())
+                };
+                out.push_str(&format!(
+                    "| {model} | {backend} | {variant} | {mib:.1} | {:.3} | {per_value} | {over} |\n",
+                    mib / base
+                ));
+            }
+        }
     }
     out
 }
@@ -952,7 +1035,11 @@ fn precision_header(
          copy each tensor takes on its way into libtorch. `transformers` memory-maps the \
          file and leaves tensors of the stored type as views of the map, read when first \
          used, so its loading adds almost nothing until the first forward pass; it \
-         converts (4c) as the zoo does. Rows 4a' to 4e' count what the zoo's \
+         converts (4c) as the zoo does. Rows 4f and 4g load the f32 file with `--quantize q8` \
+         and `q4` (`AutoModel::from_pretrained_quantized`): each linear weight of the layer \
+         stacks is quantized as it is read, so the figure is over the weights as they are \
+         then held (f32 embeddings, 8- or 4-bit layers with their scales); `transformers` has \
+         no such load to run beside it. Rows 4a' to 4g' count what the zoo's \
          program allocates (its counting allocator: the tensors and any copy on the way, \
          not the mapped file), on flex.\n- Method: {} round(s); in a round \
          the zoo's program runs once on each backend, then the PyTorch script once; each \
@@ -1049,6 +1136,13 @@ mod tests {
         );
         assert_eq!(parse_result("no result here", "median"), None);
         assert_eq!(parse_result(py, "no_such_figure"), None);
+        assert_eq!(m.weights, None);
+        // The model programs' weight figures come together.
+        let weights = "bench-result {\"median\": 2.0, \"weights_mib\": 253.5, \"quantized_bytes_per_value\": 1.125}";
+        assert_eq!(
+            parse_result(weights, "median").unwrap().weights,
+            Some((253.5, 1.125))
+        );
         let null_peak = "bench-result {\"median\": 1.0, \"peak_rss_mib\": null}";
         assert_eq!(
             parse_result(null_peak, "median").unwrap().peak_rss_mib,

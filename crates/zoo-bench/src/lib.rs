@@ -225,6 +225,18 @@ impl Common {
         start_as(self.threads, &self.device, float)
     }
 
+    /// The quantization `--quantize` asks for (blocks of 32), if any.
+    ///
+    /// # Errors
+    /// An unknown scheme.
+    pub fn quant_options(&self) -> Result<Option<zoo_core::QuantOptions>, String> {
+        let Some(bits) = &self.quantize else {
+            return Ok(None);
+        };
+        let bits: zoo_core::QuantBits = bits.parse().map_err(|e| format!("{e}"))?;
+        Ok(Some(zoo_core::QuantOptions::per_block(bits, 32)))
+    }
+
     /// `model` with its layer stacks' linear weights quantized when `--quantize` asks.
     ///
     /// # Errors
@@ -234,11 +246,9 @@ impl Common {
         model: M,
         device: &burn::tensor::Device,
     ) -> Result<M, String> {
-        let Some(bits) = &self.quantize else {
+        let Some(options) = self.quant_options()? else {
             return Ok(model);
         };
-        let bits: zoo_core::QuantBits = bits.parse().map_err(|e| format!("{e}"))?;
-        let options = zoo_core::QuantOptions::per_block(bits, 32);
         zoo_core::quantize_linear_weights(model, &options, device)
             .map(|(model, _)| model)
             .map_err(|e| e.to_string())

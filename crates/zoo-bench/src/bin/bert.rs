@@ -34,6 +34,7 @@ fn main() {
     device.seed(0);
     let model = or_exit(cfg.init(false, &device));
     let model = or_exit(args.common.quantized(model, &device));
+    let weights = cli::weight_figures(&model);
     let (b, t) = (args.batch, args.len);
     let ids: Vec<i64> = (0..b * t)
         .map(|i| ((i * 7919) % 29000 + 1000) as i64)
@@ -51,6 +52,6 @@ fn main() {
         &times,
         1,
         "",
-        &[],
+        &weights,
     );
 }

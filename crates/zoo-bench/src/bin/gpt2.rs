@@ -108,6 +108,7 @@ fn main() {
     let model = or_exit(config.init(&device));
     let (name, span) = (args.model.name(), args.model.span());
     let model = or_exit(args.common.quantized(model, &device));
+    let weights = cli::weight_figures(&model);
     let runs = args.common.runs;
     match args.mode {
         Mode::Forward => {
@@ -126,7 +127,7 @@ fn main() {
                 &times,
                 1,
                 "",
-                &[],
+                &weights,
             );
         }
         Mode::Generate => {
@@ -149,7 +150,7 @@ fn main() {
                 "{name} greedy generation, prompt {} + {} new",
                 args.prompt, args.new
             );
-            report(&args.common, &what, &times, args.new, "", &[]);
+            report(&args.common, &what, &times, args.new, "", &weights);
         }
     }
 }

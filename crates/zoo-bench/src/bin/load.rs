@@ -1,7 +1,9 @@
 //! Measures loading a checkpoint folder with `AutoModel::from_pretrained`, as every `zoo`
 //! command does, in the float type `--dtype` sets:
 //!
-//! - the weights' bytes in that type (parameters × bytes each);
+//! - the weights' bytes in that type (parameters × bytes each), as the backend holds them:
+//!   with `--quantize q8|q4`, the layer stacks' linear weights are quantized as they are
+//!   read (`AutoModel::from_pretrained_quantized`) and count at their stored size;
 //! - the process's resident memory added while loading, at its peak (`VmHWM` after,
 //!   less `VmRSS` before): the tensors made, any copy on the way, and what the program
 //!   pages in to do it (the safetensors file is read, not memory-mapped, so its pages are
@@ -12,7 +14,7 @@
 //!
 //! Its PyTorch counterpart is `xtask/bench/load.py` (`from_pretrained` with `dtype=`).
 //!
-//! `cargo xtask bench load --model DIR [--dtype f32|f16|bf16] [--device flex]`
+//! `cargo xtask bench load --model DIR [--dtype f32|f16|bf16] [--quantize q8|q4] [--device flex]`
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -49,12 +51,28 @@ fn main() {
     let before = rss_mib().unwrap_or(f64::NAN);
     let base = ALLOC.reset_peak();
     let started = Instant::now();
-    let model = or_exit(AutoModel::from_pretrained(&args.model, &device));
+    let model = match args.common.quant_options() {
+        Ok(None) => or_exit(AutoModel::from_pretrained(&args.model, &device)),
+        Ok(Some(options)) => {
+            or_exit(AutoModel::from_pretrained_quantized(
+                &args.model,
+                &options,
+                &device,
+            ))
+            .0
+        }
+        Err(e) => or_exit(Err(e)),
+    };
     let elapsed = started.elapsed();
     let allocated = mib(ALLOC.peak().saturating_sub(base));
     let peak = zoo_bench::peak_rss_mib().unwrap_or(f64::NAN);
     let float = FloatType::of(&device).unwrap_or_default();
-    let weights = mib(model.num_params() * float.bytes());
+    let float = match &args.common.quantize {
+        Some(q) => format!("{float} with {q} layers"),
+        None => float.to_string(),
+    };
+    // What the parameters take as the backend holds them, quantized ones included.
+    let weights = mib(model.weight_bytes().total);
     let added = peak - before;
     println!(
         "load {} ({} parameters) as {float} on {}: {:.0} ms; weights {weights:.1} MiB; \

@@ -28,6 +28,7 @@ fn main() {
     device.seed(0);
     let model = or_exit(ViTConfig::vit_base_patch16_224().init(false, &device));
     let model = or_exit(args.common.quantized(model, &device));
+    let weights = cli::weight_figures(&model);
     let pixels = Tensor::<4>::random(
         [args.batch, 3, 224, 224],
         Distribution::Normal(0.0, 1.0),
@@ -40,5 +41,5 @@ fn main() {
             .last_hidden_state
     });
     let what = format!("vit-b/16 forward {}x3x224x224", args.batch);
-    report(&args.common, &what, &times, 1, "", &[]);
+    report(&args.common, &what, &times, 1, "", &weights);
 }

@@ -43,6 +43,22 @@ pub fn time_outputs<const D: usize>(
     zoo_bench::timed_runs(runs, warmup, || read_one(f()))
 }
 
+/// The figures of what `model`'s weights take in memory, for [`report`]'s `extra`: all of
+/// them in MiB (`weights_mib`), and the bytes per value of the quantized ones, scales
+/// included (`quantized_bytes_per_value`; 0 when none is quantized).
+pub fn weight_figures(model: &impl burn::module::Module) -> [(&'static str, f64); 2] {
+    let w = zoo_core::quant::weight_bytes(model);
+    let per_value = if w.quantized_values == 0 {
+        0.0
+    } else {
+        w.quantized as f64 / w.quantized_values as f64
+    };
+    [
+        ("weights_mib", w.total as f64 / f64::from(1u32 << 20)),
+        ("quantized_bytes_per_value", per_value),
+    ]
+}
+
 /// Reads the first value of `t` back, which waits for the backend to finish it.
 pub fn read_one<const D: usize>(t: Tensor<D>) {
     let first: [std::ops::Range<usize>; D] = std::array::from_fn(|_| 0..1);

@@ -142,6 +142,16 @@ pub fn quantize_linear_weights<M: Module>(
     Ok((model, mapper.report))
 }
 
+/// Whether `device` runs weights quantized with `options`: checked before a model is
+/// loaded to be quantized, so that a backend without them is refused first, in one
+/// sentence.
+///
+/// # Errors
+/// As [`scheme`].
+pub fn check_device(options: &QuantOptions, device: &Device) -> Result<(), ModelError> {
+    scheme(options, device).map(|_| ()).map_err(ModelError::msg)
+}
+
 /// Burn's scheme for `options` on `device`: the device's default storage, symmetric
 /// values of the width asked, f32 scales per tensor or per block.
 ///

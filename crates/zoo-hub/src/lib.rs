@@ -315,6 +315,7 @@ impl AutoModel {
         device: &Device,
     ) -> Result<(Self, QuantReport)> {
         options.check()?;
+        zoo_core::quant::check_device(options, device)?;
         zoo_core::checkpoint::quantized_while_loading(options, || {
             Self::from_pretrained(dir, device)
         })?

@@ -328,6 +328,7 @@ impl QuantArgs {
         let Some(options) = self.options()? else {
             return load();
         };
+        zoo_core::quant::check_device(&options, device)?;
         let model = zoo_core::checkpoint::quantized_while_loading(&options, load)?;
         let (model, report) = model.quantize(&options, device)?;
         report_quantized(&options, &report, device);
@@ -1096,6 +1097,7 @@ fn embed(
     let encoder = match quant.options()? {
         None => SentenceEncoder::from_pretrained(dir, device)?,
         Some(options) => {
+            zoo_core::quant::check_device(&options, device)?;
             // Quantized as the weights are read, then counted.
             let (encoder, report) =
                 zoo_core::checkpoint::quantized_while_loading(&options, || {

@@ -44,6 +44,16 @@ fn relative_errors(
         .collect()
 }
 
+/// The schemes the equivalence tests run on `backend`: 8 bits per tensor, and 4 bits in
+/// blocks of 8 where the backend takes them (not ndarray).
+fn schemes(backend: BackendName) -> Vec<QuantOptions> {
+    let mut options = vec![QuantOptions::per_tensor(QuantBits::Q8)];
+    if backend != BackendName::NdArray {
+        options.push(QuantOptions::per_block(QuantBits::Q4, 8));
+    }
+    options
+}
+
 #[test]
 fn quantized_models_stay_near_f32_and_fewer_bits_drift_further() {
     let device = test_device();
@@ -125,10 +135,7 @@ fn the_quantized_product_equals_burns_through_every_family() {
         return; // refused above, in `quantized_models_stay_near_f32...`
     }
     let _guard = KernelsBackOn;
-    let mut options = vec![QuantOptions::per_tensor(QuantBits::Q8)];
-    if backend != BackendName::NdArray {
-        options.push(QuantOptions::per_block(QuantBits::Q4, 8));
-    }
+    let options = schemes(backend);
     for (family, name) in FIXTURES {
         let dir = dir(family, name);
         let input = input(&zoo_fixtures::expected::<Value>(&dir));
@@ -165,10 +172,7 @@ fn the_quantized_product_equals_burns_through_every_family() {
 fn quantizing_while_loading_gives_the_model_quantized_after_loading() {
     let device = test_device();
     let backend = test_backend();
-    let mut options = vec![QuantOptions::per_tensor(QuantBits::Q8)];
-    if backend != BackendName::NdArray {
-        options.push(QuantOptions::per_block(QuantBits::Q4, 8));
-    }
+    let options = schemes(backend);
     for (family, name) in FIXTURES {
         let dir = dir(family, name);
         let input = input(&zoo_fixtures::expected::<Value>(&dir));

@@ -254,14 +254,28 @@ pub(crate) fn read_logits(
     rows: usize,
     position: usize,
 ) -> Result<(Vec<f32>, usize), CoreError> {
+    let v = check_logit_rows(&logits, rows)?;
+    logits_from_data(logits.into_data(), v, position)
+}
+
+/// The logits' vocabulary size, once their rows are `rows`.
+fn check_logit_rows(logits: &burn::tensor::Tensor<2>, rows: usize) -> Result<usize, CoreError> {
     let [got, v] = logits.dims();
     if got != rows {
         return Err(CoreError::Generation(format!(
             "the model returned logits for {got} rows, expected {rows}"
         )));
     }
-    let all = logits
-        .into_data()
+    Ok(v)
+}
+
+/// Logits read back (`[rows, v]`) as floats, refused with a NaN as [`read_logits`] says.
+fn logits_from_data(
+    data: burn::tensor::TensorData,
+    v: usize,
+    position: usize,
+) -> Result<(Vec<f32>, usize), CoreError> {
+    let all = data
         .convert::<f32>()
         .try_into_vec::<f32>()
         .map_err(|e| CoreError::Generation(format!("cannot read logits: {e:?}")))?;
@@ -428,78 +442,168 @@ pub fn generate<M: CausalLm>(
     cfg: &GenerationConfig,
     mut on_token: impl FnMut(usize, usize),
 ) -> Result<Generation, CoreError> {
-    let max_len = model.max_len();
-    check_prompts(prompts, cfg, model.vocab_size(), max_len)?;
-    let b = prompts.len();
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
-    let max_new = cfg.max_new_tokens.min(max_len - longest);
-    // Every row's tokens so far, left-padded.
-    let mut seqs: Vec<Vec<usize>> = prompts
-        .iter()
-        .zip(&pads)
-        .map(|(p, &n)| {
-            std::iter::repeat_n(cfg.pad_id, n)
-                .chain(p.iter().copied())
-                .collect()
+    let mut decoding = Decoding::new(model, prompts, cfg)?;
+    while let Some(logits) = decoding.next_logits()? {
+        decoding.take(logits.into_data(), &mut on_token)?;
+    }
+    Ok(decoding.finish())
+}
+
+/// [`generate`], reading each step's logits back asynchronously: the form a backend
+/// that cannot block on the device needs (WebGPU in a browser). It picks the same
+/// tokens as [`generate`] from the same logits.
+///
+/// # Errors
+/// As [`generate`], and logits the backend fails to read back.
+pub async fn generate_async<M: CausalLm>(
+    model: &M,
+    prompts: &[Vec<usize>],
+    cfg: &GenerationConfig,
+    mut on_token: impl FnMut(usize, usize),
+) -> Result<Generation, CoreError> {
+    let mut decoding = Decoding::new(model, prompts, cfg)?;
+    while let Some(logits) = decoding.next_logits()? {
+        let data = logits
+            .into_data_async()
+            .await
+            .map_err(|e| CoreError::Generation(format!("cannot read logits: {e:?}")))?;
+        decoding.take(data, &mut on_token)?;
+    }
+    Ok(decoding.finish())
+}
+
+/// The state of one [`generate`] call between its steps: the model runs in
+/// [`Decoding::next_logits`], the tokens are picked on the host in [`Decoding::take`],
+/// and the logits travel between the two however the caller reads them back.
+struct Decoding<'a, M: CausalLm> {
+    model: &'a M,
+    cfg: &'a GenerationConfig,
+    /// Each row's left padding.
+    pads: Vec<usize>,
+    /// Every row's tokens so far, left-padded.
+    seqs: Vec<Vec<usize>>,
+    rng: rand::rngs::StdRng,
+    cache: Option<M::Cache>,
+    new_tokens: Vec<Vec<usize>>,
+    stopped: Vec<bool>,
+    /// Positions already in the cache.
+    fed: usize,
+    /// Steps left before `max_new_tokens` or the model's length.
+    steps_left: usize,
+    /// The vocabulary size of the logits being read back.
+    vocab: usize,
+    start: Instant,
+}
+
+impl<'a, M: CausalLm> Decoding<'a, M> {
+    fn new(
+        model: &'a M,
+        prompts: &[Vec<usize>],
+        cfg: &'a GenerationConfig,
+    ) -> Result<Self, CoreError> {
+        let max_len = model.max_len();
+        check_prompts(prompts, cfg, model.vocab_size(), max_len)?;
+        let b = prompts.len();
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
+        let seqs = prompts
+            .iter()
+            .zip(&pads)
+            .map(|(p, &n)| {
+                std::iter::repeat_n(cfg.pad_id, n)
+                    .chain(p.iter().copied())
+                    .collect()
+            })
+            .collect();
+        let start = Instant::now();
+        let cache = if cfg.use_cache {
+            Some(model.new_cache(b)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            model,
+            cfg,
+            pads,
+            seqs,
+            rng: rand::rngs::StdRng::seed_from_u64(cfg.seed),
+            cache,
+            new_tokens: vec![Vec::new(); b],
+            stopped: vec![false; b],
+            fed: 0,
+            steps_left: cfg.max_new_tokens.min(max_len - longest),
+            vocab: 0,
+            start,
         })
-        .collect();
-    let step_input = |seqs: &[Vec<usize>], from: usize, to: usize| DecodeStep {
-        tokens: seqs.iter().map(|s| s[from..to].to_vec()).collect(),
-        positions: pads
-            .iter()
-            .map(|&p| (from..to).map(|s| s.saturating_sub(p)).collect())
-            .collect(),
-        key_padding: pads
-            .iter()
-            .map(|&p| (0..to).map(|s| s < p).collect())
-            .collect(),
-    };
-    let start = Instant::now();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
-    let mut cache = if cfg.use_cache {
-        Some(model.new_cache(b)?)
-    } else {
-        None
-    };
-    let mut new_tokens: Vec<Vec<usize>> = vec![Vec::new(); b];
-    let mut stopped = vec![false; b];
-    let mut fed = 0; // positions already in the cache
-    for _ in 0..max_new {
-        let len = seqs[0].len();
-        let from = crate::model::step_start(model, &mut cache, fed, len, b)?;
-        let logits = model.next_logits(step_input(&seqs, from, len), cache.as_mut())?;
-        fed = len;
-        let (last, v) = read_logits(logits, b, len)?;
-        for row in 0..b {
-            if stopped[row] {
-                seqs[row].push(cfg.pad_id);
+    }
+
+    /// The next step's logits `[B, V]`, still on the device, or `None` once every row
+    /// has stopped or no step is left.
+    fn next_logits(&mut self) -> Result<Option<burn::tensor::Tensor<2>>, CoreError> {
+        if self.steps_left == 0 || self.stopped.iter().all(|s| *s) {
+            return Ok(None);
+        }
+        self.steps_left -= 1;
+        let b = self.seqs.len();
+        let len = self.seqs[0].len();
+        let from = crate::model::step_start(self.model, &mut self.cache, self.fed, len, b)?;
+        let step = DecodeStep {
+            tokens: self.seqs.iter().map(|s| s[from..len].to_vec()).collect(),
+            positions: self
+                .pads
+                .iter()
+                .map(|&p| (from..len).map(|s| s.saturating_sub(p)).collect())
+                .collect(),
+            key_padding: self
+                .pads
+                .iter()
+                .map(|&p| (0..len).map(|s| s < p).collect())
+                .collect(),
+        };
+        let logits = self.model.next_logits(step, self.cache.as_mut())?;
+        self.fed = len;
+        self.vocab = check_logit_rows(&logits, b)?;
+        Ok(Some(logits))
+    }
+
+    /// Picks each running row's next token from the step's logits, read back.
+    fn take(
+        &mut self,
+        logits: burn::tensor::TensorData,
+        on_token: &mut impl FnMut(usize, usize),
+    ) -> Result<(), CoreError> {
+        let (last, v) = logits_from_data(logits, self.vocab, self.seqs[0].len())?;
+        let cfg = self.cfg;
+        for row in 0..self.seqs.len() {
+            if self.stopped[row] {
+                self.seqs[row].push(cfg.pad_id);
                 continue;
             }
-            let history = &seqs[row][pads[row]..];
-            let tok = pick_token(&last[row * v..(row + 1) * v], history, cfg, &mut rng);
-            seqs[row].push(tok);
-            new_tokens[row].push(tok);
+            let history = &self.seqs[row][self.pads[row]..];
+            let tok = pick_token(&last[row * v..(row + 1) * v], history, cfg, &mut self.rng);
+            self.seqs[row].push(tok);
+            self.new_tokens[row].push(tok);
             on_token(row, tok);
             if cfg.stop_tokens.contains(&tok)
                 || cfg
                     .stopping
                     .0
                     .iter()
-                    .any(|c| c.stops(row, &new_tokens[row]))
+                    .any(|c| c.stops(row, &self.new_tokens[row]))
             {
-                stopped[row] = true;
+                self.stopped[row] = true;
             }
         }
-        if stopped.iter().all(|s| *s) {
-            break;
+        Ok(())
+    }
+
+    fn finish(self) -> Generation {
+        Generation {
+            tokens: self.new_tokens,
+            stopped: self.stopped,
+            elapsed: self.start.elapsed(),
         }
     }
-    Ok(Generation {
-        tokens: new_tokens,
-        stopped,
-        elapsed: start.elapsed(),
-    })
 }
 
 #[cfg(test)]
@@ -640,6 +744,65 @@ mod tests {
             a,
             GenerationConfig::greedy(1).with_processor(Arc::new(Ban(2)))
         );
+    }
+
+    /// Polls a future to its end on this thread (the test's executor).
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+                return out;
+            }
+            std::thread::park_timeout(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Reading the logits back asynchronously picks the tokens that the blocking loop
+    /// picks, streamed in the same order, with the same rows stopped; its errors are the
+    /// same too.
+    #[test]
+    fn generate_async_picks_what_generate_picks() {
+        // A table with no single favourite, so sampling has choices to make.
+        let mut m = cycle(7);
+        for (i, row) in m.table.iter_mut().enumerate() {
+            row[(i + 3) % 7] = 2.5;
+            row[(i * 2) % 7] += 1.0;
+        }
+        let prompts = [vec![1, 2, 3], vec![4], vec![0, 6]];
+        let cfg = GenerationConfig::sampling(10, 1.3, 11)
+            .with_top_k(4)
+            .with_stop_tokens(vec![5]);
+        let mut streamed = Vec::new();
+        let want = generate(&m, &prompts, &cfg, |r, t| streamed.push((r, t))).unwrap();
+        let mut streamed_async = Vec::new();
+        let got = block_on(generate_async(&m, &prompts, &cfg, |r, t| {
+            streamed_async.push((r, t))
+        }))
+        .unwrap();
+        assert_eq!(got.tokens, want.tokens);
+        assert_eq!(got.stopped, want.stopped);
+        assert_eq!(streamed_async, streamed);
+        // Control: the rows did stop at 5 and sample more than the argmax, and another
+        // seed gives other tokens, so equal tokens are not a matter of course.
+        assert!(want.stopped.iter().any(|s| *s), "{want:?}");
+        let reseeded = GenerationConfig {
+            seed: 12,
+            ..cfg.clone()
+        };
+        let other = block_on(generate_async(&m, &prompts, &reseeded, |_, _| {})).unwrap();
+        assert_ne!(other.tokens, want.tokens);
+        // Bad input is refused as the blocking loop refuses it.
+        let e = block_on(generate_async(&m, &[vec![9]], &cfg, |_, _| {})).unwrap_err();
+        let blocking = generate(&m, &[vec![9]], &cfg, |_, _| {}).unwrap_err();
+        assert_eq!(e.to_string(), blocking.to_string());
     }
 
     #[test]

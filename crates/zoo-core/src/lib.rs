@@ -39,6 +39,7 @@ pub use checkpoint::{CheckpointError, KeyMap, TensorReport, WeightsFile};
 pub use error::{CoreError, ModelError};
 pub use generate::{
     Generation, GenerationConfig, Hooks, LogitsProcessor, StoppingCriterion, generate,
+    generate_async,
 };
 pub use model::{
     CausalLm, ClassLogits, DecodeStep, SentenceEmbedding, Seq2SeqLogits, TokenLogits, kept_rows,

@@ -327,55 +327,116 @@ impl BertModel {
         self.embeddings.word_embeddings.weight.dims()[1]
     }
 
+    /// Checks a device input: its shapes, then its ids and mask, read back once each.
     fn check(&self, input: &EncoderInput) -> Result<()> {
         let [b, t] = input.tokens.dims();
-        TokenLimits::new(self.config.vocab_size, self.max_len())
-            .named("max_position_embeddings")
-            .check_tensor("sequence", &input.tokens, 0)?;
-        if let Some(types) = &input.token_types {
+        if b == 0 {
+            return Err(zoo_core::TokenError::Empty { what: "sequence" }.into());
+        }
+        self.limits().check_len("sequence", 0, t)?;
+        let ids = tokens::read_ids(&input.tokens, "token")?;
+        let types = match &input.token_types {
+            Some(types) if types.dims() != [b, t] => {
+                return Err(EncoderError::Input(format!(
+                    "token types have shape {:?}, the tokens [{b}, {t}]",
+                    types.dims()
+                )));
+            }
+            Some(types) => Some(tokens::read_ids(types, "token type")?),
+            None => None,
+        };
+        let real = match &input.padding {
+            Some(pad) if pad.dims() != [b, t] => {
+                return Err(EncoderError::Input(format!(
+                    "padding mask has shape {:?}, the tokens [{b}, {t}]",
+                    pad.dims()
+                )));
+            }
+            Some(pad) => Some(
+                pad.clone()
+                    .bool_not()
+                    .int()
+                    .sum_dim(1)
+                    .into_data()
+                    .convert::<i64>()
+                    .try_to_vec::<i64>()
+                    .map_err(|e| {
+                        EncoderError::Input(format!("cannot read the padding mask: {e:?}"))
+                    })?,
+            ),
+            None => None,
+        };
+        self.check_host(&ids, t, types.as_deref(), real.as_deref())
+    }
+
+    fn limits(&self) -> TokenLimits {
+        TokenLimits::new(self.config.vocab_size, self.max_len()).named("max_position_embeddings")
+    }
+
+    /// Checks ids on the host: `t` per row, the token types when there are any, and the
+    /// real (unpadded) positions of each row when there is a padding mask.
+    fn check_host(
+        &self,
+        ids: &[i64],
+        t: usize,
+        types: Option<&[i64]>,
+        real: Option<&[i64]>,
+    ) -> Result<()> {
+        self.limits().check_ids("token", ids, t)?;
+        if let Some(types) = types {
             if self.config.type_vocab_size == 0 {
                 return Err(EncoderError::Input(format!(
                     "{} takes no token types (token_type_ids)",
                     self.config.model_type.as_deref().unwrap_or("this model")
                 )));
             }
-            if types.dims() != [b, t] {
-                return Err(EncoderError::Input(format!(
-                    "token types have shape {:?}, the tokens [{b}, {t}]",
-                    types.dims()
-                )));
-            }
             TokenLimits::new(self.config.type_vocab_size, t)
                 .vocab_named("type_vocab_size")
-                .check_ids("token type", &tokens::read_ids(types, "token type")?, t)?;
+                .check_ids("token type", types, t)?;
         }
-        if let Some(pad) = &input.padding {
-            if pad.dims() != [b, t] {
-                return Err(EncoderError::Input(format!(
-                    "padding mask has shape {:?}, the tokens [{b}, {t}]",
-                    pad.dims()
-                )));
-            }
-            // A row with no real token has nothing to attend to. In practice it is a mask
-            // of the wrong polarity: HF's `attention_mask` is 1 at real tokens, this one is
-            // true at padding, and the longest row of a batch has no padding.
-            let real = pad
-                .clone()
-                .bool_not()
-                .int()
-                .sum_dim(1)
-                .into_data()
-                .convert::<i64>()
-                .try_to_vec::<i64>()
-                .map_err(|e| EncoderError::Input(format!("cannot read the padding mask: {e:?}")))?;
-            if let Some(row) = real.iter().position(|&n| n == 0) {
-                return Err(EncoderError::Input(format!(
-                    "padding mask row {row} marks all {t} positions as padding; the mask is \
-                     true at padding (HF's attention_mask is the opposite: pass its negation)"
-                )));
-            }
+        // A row with no real token has nothing to attend to. In practice it is a mask of
+        // the wrong polarity: HF's `attention_mask` is 1 at real tokens, this one is true
+        // at padding, and the longest row of a batch has no padding.
+        if let Some(row) = real.and_then(|r| r.iter().position(|&n| n == 0)) {
+            return Err(EncoderError::Input(format!(
+                "padding mask row {row} marks all {t} positions as padding; the mask is \
+                 true at padding (HF's attention_mask is the opposite: pass its negation)"
+            )));
         }
         Ok(())
+    }
+
+    /// [`Self::forward`] on a tokenizer's padded batch, checked on the host: it reads
+    /// nothing back from the device, so it also runs where reading back must wait
+    /// (WebGPU in a browser).
+    ///
+    /// # Errors
+    /// As [`Self::forward`].
+    pub fn forward_batch(
+        &self,
+        batch: &zoo_data::TokenBatch,
+        device: &Device,
+    ) -> Result<EncoderOutput> {
+        if batch.is_empty() {
+            return Err(zoo_core::TokenError::Empty { what: "sequence" }.into());
+        }
+        let t = batch.ids.first().map_or(0, Vec::len);
+        self.limits().check_len("sequence", 0, t)?;
+        let flat = |rows: &[Vec<u32>]| -> Vec<i64> {
+            rows.iter().flatten().map(|&i| i64::from(i)).collect()
+        };
+        let real: Vec<i64> = batch
+            .padding
+            .iter()
+            .map(|row| row.iter().filter(|p| !**p).count() as i64)
+            .collect();
+        self.check_host(
+            &flat(&batch.ids),
+            t,
+            Some(&flat(&batch.type_ids)),
+            Some(&real),
+        )?;
+        self.run(EncoderInput::from_batch(batch, device))
     }
 
     /// # Shapes
@@ -386,6 +447,11 @@ impl BertModel {
     /// `max_position_embeddings`, or masks of another shape than the tokens.
     pub fn forward(&self, input: EncoderInput) -> Result<EncoderOutput> {
         self.check(&input)?;
+        self.run(input)
+    }
+
+    /// The forward pass of an input already checked.
+    fn run(&self, input: EncoderInput) -> Result<EncoderOutput> {
         let [b, t] = input.tokens.dims();
         let device = input.tokens.device();
         let e = &self.embeddings;
@@ -826,6 +892,62 @@ mod tests {
         let first = h.slice([0..1, 0..1, 0..16]).reshape([1, 16]);
         let pooled = m.pooler.as_ref().unwrap().dense.forward(first).tanh();
         assert!(max_abs_diff(&got.pooled.unwrap(), &pooled) < 1e-6);
+    }
+
+    /// A tokenizer's batch checked on the host gives the states that the device input
+    /// gives, and every fault the device check names, in the same words.
+    #[test]
+    fn forward_batch_equals_forward_and_refuses_what_it_refuses() {
+        let dev = test_device();
+        let m = tiny().init(true, &dev).unwrap();
+        let batch = |ids: Vec<Vec<u32>>, types: Vec<Vec<u32>>, padding: Vec<Vec<bool>>| {
+            zoo_data::TokenBatch {
+                special: padding.clone(),
+                ids,
+                type_ids: types,
+                padding,
+            }
+        };
+        let good = batch(
+            vec![vec![2, 7, 9, 1, 5], vec![3, 4, 0, 0, 0]],
+            vec![vec![0, 0, 1, 1, 1], vec![0, 1, 0, 0, 0]],
+            vec![vec![false; 5], vec![false, false, true, true, true]],
+        );
+        let host = m.forward_batch(&good, &dev).unwrap();
+        let device = m.forward(EncoderInput::from_batch(&good, &dev)).unwrap();
+        assert!(max_abs_diff(&host.hidden, &device.hidden) < 1e-6);
+        assert!(max_abs_diff(&host.pooled.unwrap(), &device.pooled.unwrap()) < 1e-6);
+        // Control: the token types reach the states (all-zero types give others).
+        let untyped = batch(good.ids.clone(), vec![vec![0; 5]; 2], good.padding.clone());
+        let other = m.forward_batch(&untyped, &dev).unwrap();
+        assert!(max_abs_diff(&other.hidden, &host.hidden) > 1e-3);
+        let bad = [
+            // An id past the vocabulary, a token type past type_vocab_size, a row all
+            // padding, a batch longer than max_position_embeddings.
+            batch(vec![vec![2, 40]], vec![vec![0, 0]], vec![vec![false; 2]]),
+            batch(vec![vec![2, 3]], vec![vec![0, 2]], vec![vec![false; 2]]),
+            batch(
+                vec![vec![2, 3], vec![0, 0]],
+                vec![vec![0; 2]; 2],
+                vec![vec![false; 2], vec![true; 2]],
+            ),
+            batch(vec![vec![1; 13]], vec![vec![0; 13]], vec![vec![false; 13]]),
+        ];
+        for b in &bad {
+            let host = m.forward_batch(b, &dev).unwrap_err().to_string();
+            let device = m
+                .forward(EncoderInput::from_batch(b, &dev))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(host, device);
+        }
+        let e = m.forward_batch(&bad[0], &dev).unwrap_err().to_string();
+        assert!(e.contains("token id 40 at batch row 0, position 1"), "{e}");
+        let e = m.forward_batch(&bad[2], &dev).unwrap_err().to_string();
+        assert!(
+            e.contains("padding mask row 1 marks all 2 positions"),
+            "{e}"
+        );
     }
 
     #[test]

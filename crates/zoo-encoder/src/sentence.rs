@@ -9,7 +9,7 @@ use serde::Deserialize;
 use zoo_core::{CheckpointError, ConfigError};
 
 use crate::error::{EncoderError, Result};
-use crate::model::{BertModel, EncoderInput, mean_pool};
+use crate::model::{BertModel, mean_pool};
 use zoo_data::tokenizer::{BertTokenizer, TokenBatch};
 
 /// One pooling of token states into a sentence vector.
@@ -312,9 +312,8 @@ impl SentenceEncoder {
     /// # Errors
     /// Ids the model rejects.
     pub fn embed_batch(&self, batch: &TokenBatch, device: &Device) -> Result<Tensor<2>> {
-        let input = EncoderInput::from_batch(batch, device);
         let padding = batch.padding_tensor(device);
-        let hidden = self.bert.forward(input)?.hidden;
+        let hidden = self.bert.forward_batch(batch, device)?.hidden;
         let pooled = pool(hidden, padding, &self.pooling);
         Ok(if self.normalize {
             normalize(pooled)

@@ -109,7 +109,7 @@ pub struct QuantReport {
     /// Their values.
     pub values: usize,
     /// Linear weights left in their precision because their output width is not a
-    /// multiple of the block.
+    /// multiple of the block, or of the values the backend packs into one word.
     pub kept: usize,
     /// Bytes of the quantized tensors before (in their float type) and after (values
     /// and scales, as the backend stores them: see [`stored_bytes`]).
@@ -172,12 +172,20 @@ pub fn scheme(options: &QuantOptions, device: &Device) -> Result<QuantScheme, St
     })
 }
 
-/// Whether the weight of a linear layer of `dims` `[in, out]` takes `options`: the output
-/// width is a multiple of the block (always, per tensor).
-pub(crate) fn takes_block(dims: &[usize], options: &QuantOptions) -> bool {
-    options
-        .block
-        .is_none_or(|b| dims.last().is_some_and(|w| w.is_multiple_of(b)))
+/// Whether the weight of a linear layer of `dims` `[in, out]` takes `options` on a
+/// backend whose scheme is `scheme`: the output width is a multiple of the block (always,
+/// per tensor), and of the values that the backend packs into one word (wgpu and cuda
+/// pack four 8-bit or eight 4-bit values into a `u32` along that width, and cannot store
+/// a width that leaves a word part-filled).
+pub(crate) fn takes_block(dims: &[usize], options: &QuantOptions, scheme: &QuantScheme) -> bool {
+    let Some(&width) = dims.last() else {
+        return false;
+    };
+    let packed = match scheme.store {
+        QuantStore::PackedU32(_) | QuantStore::PackedNative(_) => scheme.num_quants(),
+        QuantStore::Native => 1,
+    };
+    options.block.is_none_or(|b| width.is_multiple_of(b)) && width.is_multiple_of(packed.max(1))
 }
 
 /// `tensor` quantized with `scheme`: its range by min-max over each block (or the whole
@@ -294,7 +302,7 @@ impl ModuleMapper for LinearQuantizer {
             return param;
         }
         let (dims, dtype) = (param.lazy_shape().to_vec(), param.val().dtype());
-        if !takes_block(&dims, &self.options) {
+        if !takes_block(&dims, &self.options, &self.scheme) {
             self.report.kept += 1;
             return param;
         }
@@ -391,5 +399,55 @@ mod tests {
         // 8 bits and one f32 scale per 32 values: 1.125 bytes a value on flex and ndarray,
         // packed into words elsewhere, the same 1.125.
         assert_eq!(w.quantized, 32 * 64 + 64 * 4);
+    }
+
+    /// A layer whose width leaves a `u32` word part-filled is kept in float where the
+    /// backend packs values into words (wgpu, cuda: it panicked inside the backend
+    /// before), and quantized where it stores one value per byte (flex, ndarray); the
+    /// model runs either way, and the layer beside it, whose width fills whole words, is
+    /// quantized on every backend.
+    #[test]
+    fn widths_a_packed_store_cannot_hold_are_kept_in_float() {
+        #[derive(Module, Debug)]
+        struct Net {
+            layers: Vec<burn::nn::Linear>,
+        }
+        let device = test_device();
+        let net = Net {
+            layers: vec![
+                LinearConfig::new(16, 6).init(&device),
+                LinearConfig::new(6, 16).init(&device),
+            ],
+        };
+        let options = QuantOptions::per_tensor(QuantBits::Q8);
+        let Ok(tensor_scheme) = scheme(&options, &device) else {
+            return; // a backend without quantized weights (libtorch)
+        };
+        let packed = !matches!(tensor_scheme.store, QuantStore::Native);
+        assert_eq!(takes_block(&[16, 6], &options, &tensor_scheme), !packed);
+        assert!(takes_block(&[6, 16], &options, &tensor_scheme));
+        let x = Tensor::<2>::ones([2, 16], &device);
+        let (net, report) = quantize_linear_weights(net, &options, &device).unwrap();
+        assert_eq!(report.kept, usize::from(packed), "{report:?}");
+        assert_eq!(report.tensors, 2 - usize::from(packed), "{report:?}");
+        let first = net.layers[0].weight.val().dtype();
+        assert_eq!(matches!(first, DType::QFloat(_)), !packed, "{first:?}");
+        assert!(matches!(
+            net.layers[1].weight.val().dtype(),
+            DType::QFloat(_)
+        ));
+        let y = net.layers[1].forward(net.layers[0].forward(x));
+        assert_eq!(y.dims(), [2, 16]);
+        let values = y.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        assert!(values.iter().all(|v| v.is_finite()), "{values:?}");
+        // Blocks of 4 fill whole words at 8 bits (four values a word) but not at 4
+        // bits (eight): a width of 12 takes the first and not the second, where packed.
+        let q8 = QuantOptions::per_block(QuantBits::Q8, 4);
+        let q4 = QuantOptions::per_block(QuantBits::Q4, 4);
+        if let (Ok(s8), Ok(s4)) = (scheme(&q8, &device), scheme(&q4, &device)) {
+            assert!(takes_block(&[4, 12], &q8, &s8));
+            assert_eq!(takes_block(&[4, 12], &q4, &s4), !packed);
+            assert!(takes_block(&[4, 16], &q4, &s4));
+        }
     }
 }

@@ -402,7 +402,8 @@ impl AutoModel {
         if report.tensors == 0 {
             return Err(HubError::Input(format!(
                 "{}: no linear weight of {} can be quantized {options} ({} kept: their \
-                 widths are not multiples of the block)",
+                 widths are not multiples of the block, or of the values the backend packs \
+                 into one word)",
                 self.detected.dir.display(),
                 self.detected.architecture.name,
                 report.kept

@@ -105,7 +105,7 @@ impl QuantizeOnLoad {
     fn bytes_of(&self, shapes: &[Vec<usize>]) -> (usize, usize) {
         shapes
             .iter()
-            .filter(|shape| crate::quant::takes_block(shape, &self.options))
+            .filter(|shape| crate::quant::takes_block(shape, &self.options, &self.scheme))
             .fold((0, 0), |(values, bytes), shape| {
                 (
                     values + shape.iter().product::<usize>(),
@@ -127,7 +127,7 @@ impl QuantizeOnLoad {
             && last == Some("weight")
             && ctx.module_type() == Some("Struct:Linear")
             && tensor.shape.num_dims() == 2
-            && crate::quant::takes_block(&tensor.shape, &self.options)
+            && crate::quant::takes_block(&tensor.shape, &self.options, &self.scheme)
     }
 }
 

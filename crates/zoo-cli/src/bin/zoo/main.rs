@@ -373,7 +373,10 @@ pub(crate) fn report_quantized(
     let mb = |b: usize| b as f64 / 1e6;
     let kept = match report.kept {
         0 => String::new(),
-        n => format!("; {n} kept whole, their widths not multiples of the block"),
+        n => format!(
+            "; {n} kept whole, their widths not multiples of the block or of the values \
+             the backend packs into one word"
+        ),
     };
     eprintln!(
         "quantized {} weight tensors ({options}): {:.2} MB as {float}, {:.2} MB quantized{kept}",

@@ -1,18 +1,24 @@
 //! The zoo in a browser: the `names` example's GPT and all-MiniLM-L6-v2, run client-side
-//! in WebAssembly on flex, from files the page fetches.
+//! in WebAssembly on flex, or on the browser's WebGPU, from files the page fetches.
 //!
 //! The models are the zoo's own crates, unchanged; only the files come from memory
 //! instead of a folder (`BertModel::from_memory`, `BertTokenizer::from_json`, a burnpack
-//! record from bytes). `cargo xtask web` builds the module and the page; `web/README.md`
-//! says how it is tested.
+//! record from bytes). A browser reads a GPU's buffers back only asynchronously, so
+//! sampling and embedding read their results with `generate_async` and
+//! `into_data_async`, and their functions return promises. `cargo xtask web` builds the
+//! module and the page; `web/README.md` says how it is tested.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use burn::config::Config;
 use burn::module::Module;
+use burn::tensor::wgpu::WgpuBackend;
 use burn::tensor::{Bytes, Device};
 use wasm_bindgen::prelude::*;
-use zoo_core::{GenerationConfig, generate};
+use wasm_bindgen_futures::future_to_promise;
+use zoo_core::{GenerationConfig, generate_async};
 use zoo_data::CharVocab;
 use zoo_data::names::{name_prompt, sampled_name};
 use zoo_decoder::{DecoderConfig, DecoderLm};
@@ -23,30 +29,99 @@ fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
 }
 
-/// The backend the models run on here.
-fn device() -> Device {
-    Device::default()
+thread_local! {
+    /// The device that models built from now on run on, set by [`use_backend`].
+    static DEVICE: RefCell<Device> = RefCell::new(Device::flex());
+    /// The browser's WebGPU device, once set up: a runtime is set up only once.
+    static WEBGPU: RefCell<Option<Device>> = const { RefCell::new(None) };
 }
 
-/// Run when the module is instantiated: panics are printed to the console with their
-/// message.
+/// The device that models built now run on.
+fn device() -> Device {
+    DEVICE.with(|d| d.borrow().clone())
+}
+
+/// The name the page shows for `device`.
+fn backend_name(device: &Device) -> String {
+    match zoo_device::BackendName::of(device) {
+        Some(zoo_device::BackendName::Wgpu) => "webgpu".to_string(),
+        Some(b) => b.to_string(),
+        None => format!("{device:?}"),
+    }
+}
+
+/// Run when the module is instantiated: static constructors run, and panics are printed
+/// to the console with their message.
 #[wasm_bindgen(start)]
 pub fn start() {
+    // Some of the wgpu backend's crates register items with static constructors. When
+    // nothing calls `__wasm_call_ctors`, wasm-ld runs them at the start of every
+    // exported function, so every call into the module (each letter's callback among
+    // them) paid for all of them again: sampling names ran 16 times slower. Called here
+    // once, at instantiation, it tells the linker that the module runs them itself.
+    #[cfg(target_arch = "wasm32")]
+    // SAFETY: the linker's own function, run once, before any other code of the module.
+    unsafe {
+        __wasm_call_ctors();
+    }
     console_error_panic_hook::set_once();
 }
 
-/// The name of the backend the module computes on, as the page shows it.
+#[cfg(target_arch = "wasm32")]
+unsafe extern "C" {
+    /// The static constructors of the module, which wasm-ld puts together.
+    fn __wasm_call_ctors();
+}
+
+/// The name of the backend that models built now compute on: `flex` or `webgpu`.
 #[wasm_bindgen]
 pub fn backend() -> String {
-    let device = device();
-    zoo_device::BackendName::of(&device).map_or_else(|| format!("{device:?}"), |b| b.to_string())
+    backend_name(&device())
+}
+
+/// Makes models built from now on compute on `name`: `flex` (the CPU, in this module) or
+/// `webgpu` (the browser's GPU, set up on first use). Models built before keep their
+/// device. Resolves to the backend's name.
+///
+/// # Errors
+/// Another name, or a browser whose WebGPU gives no device.
+#[wasm_bindgen]
+pub async fn use_backend(name: String) -> Result<String, JsError> {
+    let device = match name.as_str() {
+        "flex" => Device::flex(),
+        "webgpu" => match WEBGPU.with(|w| w.borrow().clone()) {
+            Some(device) => device,
+            None => {
+                let device = Device::wgpu_options()
+                    .graphics_api(WgpuBackend::WebGpu)
+                    .init_async()
+                    .await
+                    .map_err(|e| js_error(format!("WebGPU gave no device: {e}")))?;
+                WEBGPU.with(|w| *w.borrow_mut() = Some(device.clone()));
+                device
+            }
+        },
+        other => {
+            return Err(js_error(format!(
+                "unknown backend {other:?}: this page computes on flex or webgpu"
+            )));
+        }
+    };
+    let name = backend_name(&device);
+    DEVICE.with(|d| *d.borrow_mut() = device);
+    Ok(name)
+}
+
+/// A future's error as the promise's rejection: an `Error` with the message.
+fn rejection(e: impl std::fmt::Display) -> JsValue {
+    JsValue::from(js_error(e))
 }
 
 /// The names GPT, loaded from the `model.json` and `model.bpk` that
 /// `cargo run --example names -- --checkpoint DIR` writes.
 #[wasm_bindgen]
 pub struct Names {
-    model: DecoderLm,
+    model: Rc<DecoderLm>,
 }
 
 #[wasm_bindgen]
@@ -66,59 +141,71 @@ impl Names {
             .map_err(js_error)?
             .try_load_record(record)
             .map_err(|e| js_error(format!("model.bpk: {e}")))?;
-        Ok(Names { model })
+        Ok(Names {
+            model: Rc::new(model),
+        })
     }
 
     /// Samples `n` names that begin with `prefix`, at `temperature` among the `top_k`
     /// likeliest letters, with the sampler seeded by `seed`, as the `names` example's
     /// `--sample-only` does. `on_letter(row, letter)` is called for each letter as it is
     /// sampled (the end symbol `$` included), so a page can show them as they come.
+    /// Resolves to the names.
     ///
     /// # Errors
-    /// A prefix with a character other than `a`..`z`, one too long for the model, or
-    /// invalid settings, each named.
+    /// The promise is rejected on a prefix with a character other than `a`..`z`, one too
+    /// long for the model, or invalid settings, each named.
     pub fn sample(
         &self,
-        prefix: &str,
+        prefix: String,
         n: usize,
         temperature: f64,
         top_k: usize,
         seed: u64,
-        on_letter: &js_sys::Function,
-    ) -> Result<Vec<String>, JsError> {
-        let vocab = CharVocab::names();
-        let prompt = name_prompt(&vocab, prefix).map_err(js_error)?;
-        let max_len = self.model.max_len();
-        if prompt.len() >= max_len {
-            return Err(js_error(format!(
-                "prefix {prefix:?} leaves no room: the model reads at most {max_len} symbols, \
-                 the start symbol included"
-            )));
-        }
-        let end = vocab.id('$').expect("'$' is in the names vocabulary");
-        let cfg = GenerationConfig::sampling(max_len - prompt.len(), temperature, seed)
-            .with_top_k(top_k)
-            .with_stop_tokens(vec![end]);
-        let out = generate(&self.model, &vec![prompt; n], &cfg, |row, token| {
-            let letter = vocab.decode(&[token]).unwrap_or_default();
-            let _ = on_letter.call2(
-                &JsValue::NULL,
-                &JsValue::from(row as u32),
-                &JsValue::from(letter),
-            );
+        on_letter: js_sys::Function,
+    ) -> js_sys::Promise {
+        let model = Rc::clone(&self.model);
+        future_to_promise(async move {
+            let vocab = CharVocab::names();
+            let prompt = name_prompt(&vocab, &prefix).map_err(rejection)?;
+            let max_len = model.max_len();
+            if prompt.len() >= max_len {
+                return Err(rejection(format!(
+                    "prefix {prefix:?} leaves no room: the model reads at most {max_len} \
+                     symbols, the start symbol included"
+                )));
+            }
+            let end = vocab.id('$').expect("'$' is in the names vocabulary");
+            let cfg = GenerationConfig::sampling(max_len - prompt.len(), temperature, seed)
+                .with_top_k(top_k)
+                .with_stop_tokens(vec![end]);
+            let out = generate_async(&*model, &vec![prompt; n], &cfg, |row, token| {
+                let letter = vocab.decode(&[token]).unwrap_or_default();
+                let _ = on_letter.call2(
+                    &JsValue::NULL,
+                    &JsValue::from(row as u32),
+                    &JsValue::from(letter),
+                );
+            })
+            .await
+            .map_err(rejection)?;
+            let names = js_sys::Array::new();
+            for t in &out.tokens {
+                names.push(&JsValue::from(
+                    sampled_name(&vocab, &prefix, t).map_err(rejection)?,
+                ));
+            }
+            Ok(names.into())
         })
-        .map_err(js_error)?;
-        out.tokens
-            .iter()
-            .map(|t| sampled_name(&vocab, prefix, t).map_err(js_error))
-            .collect()
     }
 }
 
 /// A sentence-transformers model (all-MiniLM-L6-v2), loaded from the files of its folder.
 #[wasm_bindgen]
 pub struct Embedder {
-    encoder: SentenceEncoder,
+    encoder: Rc<SentenceEncoder>,
+    /// The device its model was built on.
+    device: Device,
 }
 
 #[wasm_bindgen]
@@ -155,8 +242,9 @@ impl Embedder {
                 }
             }
         }
+        let device = device();
         let bert =
-            BertModel::from_memory(config_json, Arc::from(weights), &device()).map_err(js_error)?;
+            BertModel::from_memory(config_json, Arc::from(weights), &device).map_err(js_error)?;
         let pooling: PoolingConfig = serde_json::from_str(pooling_json)
             .map_err(|e| js_error(format!("1_Pooling/config.json: {e}")))?;
         if pooling.word_embedding_dimension != bert.hidden_size() {
@@ -181,31 +269,41 @@ impl Embedder {
         let tokenizer =
             BertTokenizer::from_json("tokenizer.json", tokenizer_json, max_len).map_err(js_error)?;
         Ok(Embedder {
-            encoder: SentenceEncoder {
+            encoder: Rc::new(SentenceEncoder {
                 bert,
                 tokenizer,
                 pooling: pooling.modes().map_err(js_error)?,
                 normalize,
-            },
+            }),
+            device,
         })
     }
 
     /// The embeddings of `sentences`, row after row (`sentences.len()` rows of
-    /// [`Embedder::width`] values).
+    /// [`Embedder::width`] values): resolves to a `Float32Array`.
     ///
     /// # Errors
-    /// No sentences.
-    pub fn embed(&self, sentences: Vec<String>) -> Result<Vec<f32>, JsError> {
-        let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
-        let device = device();
-        let embeddings = self
-            .encoder
-            .encode(&refs, 32, &device)
-            .map_err(js_error)?;
-        embeddings
-            .into_data()
-            .try_into_vec::<f32>()
-            .map_err(|e| js_error(format!("{e:?}")))
+    /// The promise is rejected on no sentences, or embeddings that cannot be read back.
+    pub fn embed(&self, sentences: Vec<String>) -> js_sys::Promise {
+        let encoder = Rc::clone(&self.encoder);
+        let device = self.device.clone();
+        future_to_promise(async move {
+            let refs: Vec<&str> = sentences.iter().map(String::as_str).collect();
+            let embeddings = encoder.encode(&refs, 32, &device).map_err(rejection)?;
+            let values = embeddings
+                .into_data_async()
+                .await
+                .map_err(|e| rejection(format!("cannot read the embeddings back: {e:?}")))?
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .map_err(|e| rejection(format!("cannot read the embeddings back: {e:?}")))?;
+            Ok(js_sys::Float32Array::from(values.as_slice()).into())
+        })
+    }
+
+    /// The name of the backend its model computes on.
+    pub fn backend(&self) -> String {
+        backend_name(&self.device)
     }
 
     /// The width of an embedding.
@@ -229,3 +327,4 @@ pub fn cosine_matrix(embeddings: &[f32], width: usize) -> Vec<f32> {
     }
     out
 }
+

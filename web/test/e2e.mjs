@@ -18,6 +18,8 @@ const browser = await chromium.launch({
   args: [
     "--no-sandbox",
     "--disable-gpu",
+    // WebGPU: on a machine without a GPU, Chromium's own SwiftShader adapter.
+    "--enable-unsafe-webgpu",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
@@ -42,6 +44,37 @@ try {
     minilmLoadMs: load.minilmLoadMs,
   });
 
+  // On flex, then on WebGPU, chosen on the page as a person would.
+  out.flex = await exercise(page, s, "flex");
+  await page.screenshot({ path: screenshotPath.replace(/\.png$/, "-flex.png"), fullPage: true });
+  report(out.flex, s, "flex");
+  if (!(await page.evaluate(() => window.zoo.webgpu))) {
+    throw new Error("this browser has no WebGPU (navigator.gpu); the test needs it");
+  }
+  await page.selectOption("#backend-choice", "webgpu");
+  await page.waitForFunction(() => window.zoo.ready && window.zoo.backend === "webgpu", null, {
+    timeout: 300_000,
+  });
+  const switched = await page.evaluate(() => ({ ...window.zoo, call: undefined }));
+  if (switched.errors.length) throw new Error(`the page failed to switch to WebGPU: ${switched.errors.join("; ")}`);
+  out.webgpuLoadMs = switched.loadMs;
+  out.webgpu = await exercise(page, s, "webgpu");
+  await page.screenshot({ path: screenshotPath, fullPage: true });
+  report(out.webgpu, s, "webgpu");
+} catch (e) {
+  out.error = String(e?.message ?? e);
+} finally {
+  await browser.close();
+  server.close();
+}
+writeFileSync(outPath, JSON.stringify(out, null, 1));
+
+/// Samples names and compares sentences on the page's current backend, checks both
+/// against the native runs (with the negative controls), then times them through the
+/// page's worker. Returns what the page showed and measured.
+async function exercise(page, s, backend) {
+  const shown = await page.evaluate(() => window.zoo.backend);
+  if (shown !== backend) throw new Error(`the page computes on ${shown}, not ${backend}`);
   await page.fill("#prefix", s.prefix);
   await page.fill("#temperature", String(s.temperature));
   await page.fill("#top-k", String(s.topK));
@@ -58,6 +91,7 @@ try {
   });
   const done = await page.evaluate(() => ({ ...window.zoo, call: undefined }));
   if (done.errors.length) throw new Error(`the page reported: ${done.errors.join("; ")}`);
+  const out = { backend: done.backend, loadMs: done.loadMs };
   out.names = done.names;
   out.similarity = done.similarity;
   out.shown = {
@@ -65,8 +99,7 @@ try {
     namesStatus: await page.textContent("#names-status"),
     simStatus: await page.textContent("#sim-status"),
   };
-  await page.screenshot({ path: screenshotPath, fullPage: true });
-  check(out, s);
+  check(out, s, backend);
   // Negative controls: the same check rejects the names out of order, and one embedding
   // value moved by 2e-4 (twice the bound).
   const moved = out.similarity.embeddings.map((x, i) => (i === 0 ? x + 2e-4 : x));
@@ -77,54 +110,51 @@ try {
   for (const [what, bad] of controls) {
     let rejected = false;
     try {
-      check(bad, s, true);
+      check(bad, s, backend, true);
     } catch {
       rejected = true;
     }
     if (!rejected) throw new Error(`the check accepted ${what}`);
   }
-  console.log("web: negative controls: the check rejects the names reversed and an embedding moved by 2e-4");
+  console.log(`web: ${backend}: negative controls: the check rejects the names reversed and an embedding moved by 2e-4`);
 
-  // Timed runs through the page's worker, s.benchRuns of each, the median kept.
+  // Timed runs through the page's worker, the median kept; fewer and smaller on
+  // WebGPU, which runs here on Chromium's software adapter.
+  const sizes = backend === "flex" ? s.bench : s.benchWebgpu;
   out.bench = await page.evaluate(
-    async (s) => {
+    async ([s, sizes]) => {
       const med = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
       const namesMs = [];
       const embedMs = [];
-      const sentences = Array.from({ length: s.benchSentences }, (_, i) => s.sentences[i % s.sentences.length]);
-      for (let i = 0; i < s.benchRuns; i++) {
+      const sentences = Array.from({ length: sizes.sentences }, (_, i) => s.sentences[i % s.sentences.length]);
+      for (let i = 0; i < sizes.runs; i++) {
         const r = await window.zoo.call("sample", {
-          prefix: s.prefix, n: s.benchNames, temperature: s.temperature, topK: s.topK, seed: s.seed + i,
+          prefix: s.prefix, n: sizes.names, temperature: s.temperature, topK: s.topK, seed: s.seed + i,
         });
         namesMs.push(r.ms);
         embedMs.push((await window.zoo.call("embed", { sentences })).ms);
       }
       return {
-        namesPerSecond: s.benchNames / (med(namesMs) / 1000),
-        embeddingsPerSecond: s.benchSentences / (med(embedMs) / 1000),
+        ...sizes,
+        namesPerSecond: sizes.names / (med(namesMs) / 1000),
+        embeddingsPerSecond: sizes.sentences / (med(embedMs) / 1000),
       };
     },
-    s,
+    [s, sizes],
   );
-  report(out, s);
-} catch (e) {
-  out.error = String(e?.message ?? e);
-} finally {
-  await browser.close();
-  server.close();
+  return out;
 }
-writeFileSync(outPath, JSON.stringify(out, null, 1));
 
 /// Throws unless the page's names equal the native run's and its embeddings are within
 /// 1e-4 of `zoo embed`'s; `quiet` for the negative controls, which print nothing.
-function check(out, s, quiet = false) {
+function check(out, s, backend, quiet = false) {
   const native = readFileSync(s.nativeNames, "utf8").split("\n").filter((l) => l.trim());
   const page = out.names.names;
   const shown = out.shown.names;
   if (JSON.stringify(page) !== JSON.stringify(native) || JSON.stringify(shown) !== JSON.stringify(native)) {
-    throw new Error(`names differ from the native run's:\n page:   ${page.join(" ")}\n shown:  ${shown.join(" ")}\n native: ${native.join(" ")}`);
+    throw new Error(`${backend}: names differ from the native run's:\n page:   ${page.join(" ")}\n shown:  ${shown.join(" ")}\n native: ${native.join(" ")}`);
   }
-  if (!quiet) console.log(`web: the page's ${page.length} names equal the native run's: ${page.join(" ")}`);
+  if (!quiet) console.log(`web: ${backend}: the page's ${page.length} names equal the native run's: ${page.join(" ")}`);
   const want = JSON.parse(readFileSync(s.nativeEmbeddings, "utf8")).embeddings.flat(Infinity);
   const got = out.similarity.embeddings;
   if (want.length !== got.length) {
@@ -134,21 +164,22 @@ function check(out, s, quiet = false) {
   want.forEach((w, i) => (worst = Math.max(worst, Math.abs(w - got[i]))));
   out.maxEmbeddingDiff = worst;
   if (!(worst <= 1e-4)) {
-    throw new Error(`embeddings differ from zoo embed's by up to ${worst}, more than 1e-4`);
+    throw new Error(`${backend}: embeddings differ from zoo embed's by up to ${worst}, more than 1e-4`);
   }
-  if (!quiet) console.log(`web: the page's ${got.length / out.similarity.width} embeddings are within ${worst.toExponential(1)} of zoo embed's (bound 1e-4)`);
+  if (!quiet) console.log(`web: ${backend}: the page's ${got.length / out.similarity.width} embeddings are within ${worst.toExponential(1)} of zoo embed's (bound 1e-4)`);
 }
 
 /// Prints the page's timings beside the native ones, as ratios of time (page / native).
-function report(out, s) {
+function report(out, s, backend) {
   const n = s.native;
   const nativeLoad = n.namesProcessSecs + n.embedProcessSecs;
   const lines = [
     ["load, to both models ready", `${(out.loadMs / 1000).toFixed(2)} s`, `${nativeLoad.toFixed(2)} s`, (out.loadMs / 1000) / nativeLoad],
-    [`names sampled (${s.benchNames} a run)`, `${out.bench.namesPerSecond.toFixed(0)}/s`, `${n.namesPerSecond.toFixed(0)}/s`, n.namesPerSecond / out.bench.namesPerSecond],
-    [`sentences embedded (${s.benchSentences} a run)`, `${out.bench.embeddingsPerSecond.toFixed(1)}/s`, `${n.embeddingsPerSecond.toFixed(1)}/s`, n.embeddingsPerSecond / out.bench.embeddingsPerSecond],
+    [`names sampled (${out.bench.names} a run)`, `${out.bench.namesPerSecond.toFixed(0)}/s`, `${n.namesPerSecond.toFixed(0)}/s`, n.namesPerSecond / out.bench.namesPerSecond],
+    [`sentences embedded (${out.bench.sentences} a run)`, `${out.bench.embeddingsPerSecond.toFixed(1)}/s`, `${n.embeddingsPerSecond.toFixed(1)}/s`, n.embeddingsPerSecond / out.bench.embeddingsPerSecond],
   ];
-  console.log("web: the page (wasm32, flex, one thread) against the native flex build, time ratio page / native:");
+  const on = backend === "flex" ? "wasm32, flex, one thread" : "wasm32, WebGPU";
+  console.log(`web: the page (${on}) against the native flex build, time ratio page / native:`);
   for (const [what, page, native, ratio] of lines) {
     console.log(`  ${what.padEnd(34)} page ${page.padStart(9)}   native ${native.padStart(9)}   ${ratio.toFixed(2)}`);
   }

@@ -142,43 +142,107 @@ async function compare() {
   }
 }
 
+// Loads both models on the worker's current backend and enables their buttons.
+async function loadModels() {
+  const t0 = performance.now();
+  $("sample").disabled = true;
+  $("compare").disabled = true;
+  $("names-status").classList.remove("error");
+  $("sim-status").classList.remove("error");
+  $("names-status").textContent = "loading the model…";
+  $("sim-status").textContent = "loading the model…";
+  const [namesLoad, minilmLoad] = [
+    call("loadNames", { base: "names-model" }),
+    call("loadMinilm", { base: "minilm" }),
+  ];
+  try {
+    const r = await namesLoad;
+    zoo.namesLoadMs = r.ms;
+    $("names-status").textContent = `model loaded in ${r.ms.toFixed(0)} ms on ${r.backend}`;
+    $("sample").disabled = false;
+  } catch (e) {
+    showError("names-status", e);
+  }
+  try {
+    const r = await minilmLoad;
+    zoo.minilmLoadMs = r.ms;
+    $("sim-status").textContent = `model loaded in ${(r.ms / 1000).toFixed(2)} s on ` +
+      `${r.backend} (${(r.bytes / 2 ** 20).toFixed(0)} MiB of weights)`;
+    $("compare").disabled = false;
+  } catch (e) {
+    showError("sim-status", e);
+  }
+  return performance.now() - t0;
+}
+
+function backendLabel(name) {
+  if (name === "flex") return "flex (wasm32, SIMD128, on the CPU)";
+  if (name === "webgpu") return `WebGPU (adapter: ${zoo.adapter || "this browser's GPU"})`;
+  return name;
+}
+
+function showBackend(name) {
+  zoo.backend = name;
+  $("backend").textContent = backendLabel(name);
+  $("backend-choice").value = name;
+}
+
+// The backend chosen on the page: the models move there, loaded again.
+async function switchBackend() {
+  const choice = $("backend-choice");
+  const wanted = choice.value;
+  const previous = zoo.backend;
+  choice.disabled = true;
+  zoo.ready = false;
+  zoo.names = null;
+  zoo.similarity = null;
+  try {
+    const r = await call("useBackend", { backend: wanted });
+    showBackend(r.backend);
+    zoo.switchMs = r.ms;
+    zoo.loadMs = r.ms + (await loadModels());
+  } catch (e) {
+    showError("names-status", e);
+    showBackend(previous);
+  }
+  choice.disabled = false;
+  zoo.ready = true;
+}
+
 async function start() {
-  $("gpu").textContent = navigator.gpu
-    ? "This browser has WebGPU; this build computes on flex, on the CPU."
-    : "This browser has no WebGPU.";
+  const choice = $("backend-choice");
+  const webgpu = choice.querySelector("option[value=webgpu]");
+  if (!navigator.gpu) {
+    webgpu.disabled = true;
+    webgpu.textContent += " (not in this browser)";
+  }
+  zoo.webgpu = Boolean(navigator.gpu);
+  if (navigator.gpu) {
+    // The adapter's name, so that a software one (SwiftShader) is not taken for a GPU.
+    try {
+      const info = (await navigator.gpu.requestAdapter())?.info;
+      zoo.adapter = [info?.vendor, info?.architecture, info?.description].filter((x) => x).join(" ");
+    } catch {
+      zoo.adapter = "";
+    }
+  }
+  // `?backend=webgpu` starts there.
+  const asked = new URLSearchParams(location.search).get("backend") ?? "flex";
   try {
     const t0 = performance.now();
     const ready = await call("init");
-    $("backend").textContent = `${ready.backend} (wasm32, SIMD128)`;
-    zoo.backend = ready.backend;
-    const [namesLoad, minilmLoad] = [
-      call("loadNames", { base: "names-model" }),
-      call("loadMinilm", { base: "minilm" }),
-    ];
-    try {
-      const r = await namesLoad;
-      zoo.namesLoadMs = r.ms;
-      $("names-status").textContent = `model loaded in ${r.ms.toFixed(0)} ms`;
-      $("sample").disabled = false;
-    } catch (e) {
-      showError("names-status", e);
-    }
-    try {
-      const r = await minilmLoad;
-      zoo.minilmLoadMs = r.ms;
-      $("sim-status").textContent = `model loaded in ${(r.ms / 1000).toFixed(2)} s ` +
-        `(${(r.bytes / 2 ** 20).toFixed(0)} MiB of weights)`;
-      $("compare").disabled = false;
-    } catch (e) {
-      showError("sim-status", e);
-    }
+    showBackend(ready.backend);
+    if (asked !== ready.backend) showBackend((await call("useBackend", { backend: asked })).backend);
+    await loadModels();
     zoo.loadMs = performance.now() - t0;
   } catch (e) {
     showError("names-status", e);
   }
+  choice.disabled = false;
   zoo.ready = true;
 }
 
+$("backend-choice").addEventListener("change", switchBackend);
 $("sample").addEventListener("click", sampleNames);
 $("compare").addEventListener("click", compare);
 start();

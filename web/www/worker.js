@@ -1,7 +1,7 @@
 // The page's models run here, off the page's thread, so that the names can be shown
 // letter by letter while they are sampled. Messages in: {id, kind, ...}; out: replies
 // with the same id, and {kind: "letter"} as letters are sampled.
-import init, { Names, Embedder, backend, cosine_matrix } from "./pkg/zoo_web.js";
+import init, { Names, Embedder, backend, use_backend, cosine_matrix } from "./pkg/zoo_web.js";
 
 let names = null;
 let embedder = null;
@@ -25,6 +25,17 @@ const tasks = {
     await init();
     return { backend: backend(), ms: performance.now() - t0 };
   },
+  // Models loaded from now on compute on `backend` ("flex" or "webgpu"); those loaded
+  // before are dropped, and the page loads them again.
+  async useBackend({ backend: name }) {
+    const t0 = performance.now();
+    const chosen = await use_backend(name);
+    names?.free();
+    embedder?.free();
+    names = null;
+    embedder = null;
+    return { backend: chosen, ms: performance.now() - t0 };
+  },
   async loadNames({ base }) {
     const t0 = performance.now();
     const [config, weights] = await Promise.all([
@@ -32,13 +43,13 @@ const tasks = {
       bytes(`${base}/model.bpk`),
     ]);
     names = new Names(config, weights);
-    return { ms: performance.now() - t0, bytes: weights.length };
+    return { ms: performance.now() - t0, bytes: weights.length, backend: backend() };
   },
   async sample({ id, prefix, n, temperature, topK, seed }) {
     if (!names) throw new Error("the names model is not loaded");
     const t0 = performance.now();
     let letters = 0;
-    const out = names.sample(prefix, n, temperature, topK, BigInt(seed), (row, letter) => {
+    const out = await names.sample(prefix, n, temperature, topK, BigInt(seed), (row, letter) => {
       letters += 1;
       postMessage({ id, kind: "letter", row, letter });
     });
@@ -55,12 +66,12 @@ const tasks = {
       text(`${base}/tokenizer.json`),
     ]);
     embedder = new Embedder(modules, config, weights, pooling, sbert, tokenizer);
-    return { ms: performance.now() - t0, bytes: weights.length };
+    return { ms: performance.now() - t0, bytes: weights.length, backend: embedder.backend() };
   },
   async embed({ sentences }) {
     if (!embedder) throw new Error("the sentence model is not loaded");
     const t0 = performance.now();
-    const flat = embedder.embed(sentences);
+    const flat = await embedder.embed(sentences);
     const ms = performance.now() - t0;
     const width = embedder.width();
     return {

@@ -433,25 +433,30 @@ pub(crate) fn check_ids(
 /// Generates continuations of `prompts`, calling `on_token(row, token)` for each new
 /// token as it is chosen (streaming).
 ///
+/// It runs [`generate_async`] to its end, blocking on each read of the device.
+///
 /// # Errors
 /// Empty prompts, ids outside the vocabulary, a prompt longer than the model's `max_len`,
-/// invalid settings, or a failure of the model.
+/// invalid settings, a failure of the model, or a backend that cannot be read
+/// synchronously (WebGPU in a browser: use [`generate_async`] there).
 pub fn generate<M: CausalLm>(
     model: &M,
     prompts: &[Vec<usize>],
     cfg: &GenerationConfig,
-    mut on_token: impl FnMut(usize, usize),
+    on_token: impl FnMut(usize, usize),
 ) -> Result<Generation, CoreError> {
-    let mut decoding = Decoding::new(model, prompts, cfg)?;
-    while let Some(logits) = decoding.next_logits()? {
-        decoding.take(logits.into_data(), &mut on_token)?;
-    }
-    Ok(decoding.finish())
+    burn::tensor::try_read_sync(generate_async(model, prompts, cfg, on_token)).unwrap_or_else(
+        || {
+            Err(CoreError::Generation(
+                "this backend reads the device only asynchronously: use generate_async".into(),
+            ))
+        },
+    )
 }
 
 /// [`generate`], reading each step's logits back asynchronously: the form a backend
-/// that cannot block on the device needs (WebGPU in a browser). It picks the same
-/// tokens as [`generate`] from the same logits.
+/// that cannot block on the device needs (WebGPU in a browser). Each step runs the
+/// model, waits for its logits, and picks the tokens on the host.
 ///
 /// # Errors
 /// As [`generate`], and logits the backend fails to read back.
@@ -472,9 +477,7 @@ pub async fn generate_async<M: CausalLm>(
     Ok(decoding.finish())
 }
 
-/// The state of one [`generate`] call between its steps: the model runs in
-/// [`Decoding::next_logits`], the tokens are picked on the host in [`Decoding::take`],
-/// and the logits travel between the two however the caller reads them back.
+/// The state of one [`generate_async`] call between its steps.
 struct Decoding<'a, M: CausalLm> {
     model: &'a M,
     cfg: &'a GenerationConfig,
@@ -765,9 +768,9 @@ mod tests {
         }
     }
 
-    /// Reading the logits back asynchronously picks the tokens that the blocking loop
-    /// picks, streamed in the same order, with the same rows stopped; its errors are the
-    /// same too.
+    /// Polled by an executor of its own, [`generate_async`] picks the tokens that the
+    /// blocking [`generate`] picks, streamed in the same order, with the same rows
+    /// stopped; its errors are the same too.
     #[test]
     fn generate_async_picks_what_generate_picks() {
         // A table with no single favourite, so sampling has choices to make.

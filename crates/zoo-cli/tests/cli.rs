@@ -2686,6 +2686,33 @@ fn sparse_gpt2(dir: &Path, n_embd: usize, n_layer: usize, vocab: usize) -> u64 {
     offset
 }
 
+/// Bytes in MiB, for the memory tests' messages.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// The memory tests' setting: the 0.8 GB sparse GPT-2 in `tmp`, the bytes of its
+/// weights, and the peak memory of `zoo info` on the tiny fixture, which the tests'
+/// peaks are measured above.
+fn sparse_gpt2_and_baseline(tmp: &Path) -> (PathBuf, u64, u64) {
+    let dir = tmp.join("gpt2-sparse");
+    let weights = sparse_gpt2(&dir, 1024, 14, 30_000);
+    let (status, stderr, baseline) = zoo_peak_rss(&["info", "--model", gpt2().to_str().unwrap()]);
+    assert_eq!(status, Some(0), "{stderr}");
+    (dir, weights, baseline)
+}
+
+/// The memory tests' control: `what`, which loads the f32 weights, peaked more than
+/// 0.75 x their bytes above the baseline.
+fn assert_holds_the_weights(what: &str, peak: u64, baseline: u64, weights: u64) {
+    assert!(
+        peak > baseline + weights * 3 / 4,
+        "{what} peaked {:.0} MiB above the fixture's info, weights {:.0} MiB",
+        mib(peak.saturating_sub(baseline)),
+        mib(weights)
+    );
+}
+
 /// `--quantize q8` quantizes each linear weight of the layer stacks as it is read, so
 /// loading never holds them in f32: on the 0.8 GB sparse GPT-2 (0.70 GB of layer weights,
 /// which become 0.20 GB; 0.13 GB of embeddings kept f32), `zoo forward --quantize q8`
@@ -2703,10 +2730,7 @@ fn quantizing_while_loading_keeps_loading_near_the_quantized_size() {
         return;
     }
     let tmp = tempdir("quantize-while-loading");
-    let dir = tmp.join("gpt2-sparse");
-    let weights = sparse_gpt2(&dir, 1024, 14, 30_000);
-    let (status, stderr, baseline) = zoo_peak_rss(&["info", "--model", gpt2().to_str().unwrap()]);
-    assert_eq!(status, Some(0), "{stderr}");
+    let (dir, weights, baseline) = sparse_gpt2_and_baseline(&tmp);
     let input = tmp.join("ids.json");
     std::fs::write(&input, json!({"input_ids": [[1, 2, 3]]}).to_string()).unwrap();
     let out = tmp.join("out.json");
@@ -2722,7 +2746,6 @@ fn quantizing_while_loading_keeps_loading_near_the_quantized_size() {
     assert!(logits.is_array(), "{logits}");
     let (status, stderr, float) = zoo_peak_rss(&io_args("forward", &dir, &input, &out, &[]));
     assert_eq!(status, Some(0), "{stderr}");
-    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     eprintln!(
         "peak resident memory above info on the fixture ({:.0} MiB), weights {:.0} MiB: \
          forward --quantize q8 {:.0} MiB, forward {:.0} MiB",
@@ -2751,12 +2774,7 @@ fn quantizing_while_loading_keeps_loading_near_the_quantized_size() {
             mib(q_added),
             mib(weights)
         );
-        assert!(
-            float > baseline + weights * 3 / 4,
-            "forward peaked {:.0} MiB above the fixture's, weights {:.0} MiB",
-            mib(f_added),
-            mib(weights)
-        );
+        assert_holds_the_weights("forward", float, baseline, weights);
     }
     std::fs::remove_dir_all(&tmp).unwrap();
 }
@@ -2859,12 +2877,9 @@ fn a_model_too_large_in_f32_passes_the_size_check_when_quantized() {
 #[test]
 fn info_reads_headers_only_and_still_checks_every_shape() {
     let tmp = tempdir("headers-only");
-    let dir = tmp.join("gpt2-sparse");
-    let weights = sparse_gpt2(&dir, 1024, 14, 30_000);
+    let (dir, weights, baseline) = sparse_gpt2_and_baseline(&tmp);
     let params = weights / 4;
     assert!(weights > 800_000_000, "{weights}");
-    let (status, stderr, baseline) = zoo_peak_rss(&["info", "--model", gpt2().to_str().unwrap()]);
-    assert_eq!(status, Some(0), "{stderr}");
     let run = ok(&["info", "--model", dir.to_str().unwrap()]);
     let thousands = zoo_core::thousands(params as usize);
     assert!(
@@ -2874,7 +2889,6 @@ fn info_reads_headers_only_and_still_checks_every_shape() {
     );
     let (status, stderr, info) = zoo_peak_rss(&["info", "--model", dir.to_str().unwrap()]);
     assert_eq!(status, Some(0), "{stderr}");
-    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     assert!(
         info < baseline + weights / 10,
         "info's peak {:.0} MiB, the fixture's {:.0} MiB, weights {:.0} MiB",
@@ -2912,13 +2926,7 @@ fn info_reads_headers_only_and_still_checks_every_shape() {
         mib(info),
         mib(forward)
     );
-    assert!(
-        forward > baseline + weights * 3 / 4,
-        "forward's peak {:.0} MiB, the fixture's info {:.0} MiB, weights {:.0} MiB",
-        mib(forward),
-        mib(baseline),
-        mib(weights)
-    );
+    assert_holds_the_weights("forward", forward, baseline, weights);
     std::fs::remove_dir_all(&tmp).unwrap();
 }
 

@@ -1,21 +1,31 @@
 //! The element-wise loops of the kernels, written so that the compiler vectorises them:
-//! no library calls, no branches on values. `exp` is `2^n · 2^f` with `n` the nearest
-//! integer to `x log2(e)` and `e^f`, `f = x - n ln 2` (ln 2 in two parts, so that `f` is
-//! exact) a degree-7 Taylor polynomial (relative error under 2e-8 before rounding). On x86-64 each loop is compiled twice, for the
-//! baseline and for AVX2, chosen once at run time ([`multiversion!`]); neither uses fused
-//! multiply-adds, so both give the same bits.
+//! no library calls, no branches on values, no float-to-integer conversions (Rust's `as`
+//! saturates, which the compiler does one lane at a time). `exp` is `2^n · 2^f` with `n`
+//! the nearest integer to `x log2(e)` and `e^f`, `f = x - n ln 2` (ln 2 in two parts, so
+//! that `f` is exact) a degree-7 Taylor polynomial (relative error under 2e-8 before
+//! rounding). On x86-64 each loop is compiled three times, for the baseline, AVX2 and
+//! AVX-512, chosen once at run time ([`multiversion!`]); none uses fused multiply-adds,
+//! so all give the same bits.
 
-/// Defines `pub(crate) fn $name(args)` that runs `$body(args)` compiled for AVX2 where
-/// the CPU has it, and for the baseline elsewhere.
+/// Defines `pub(crate) fn $name(args)` that runs `$body(args)` compiled for AVX-512 or
+/// AVX2 where the CPU has it, and for the baseline elsewhere.
 macro_rules! multiversion {
     ($name:ident => $body:ident ($($arg:ident : $ty:ty),*)) => {
         #[allow(unsafe_code)]
         pub(crate) fn $name($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
                 #[target_feature(enable = "avx2")]
                 fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F, checked just above.
+                    return unsafe { avx512($($arg),*) };
                 }
                 if std::arch::is_x86_feature_detected!("avx2") {
                     // SAFETY: the CPU has AVX2, checked just above.
@@ -41,7 +51,11 @@ pub(crate) fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0;
     let arg = x;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    // `t`'s low mantissa bits hold `n + 2^22`, as an integer: `n` is read from them
+    // with integer ops, which vectorise, where `n as i32` (a saturating conversion)
+    // is done one lane at a time.
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
     let f = (x - n * LN2_HI) - n * LN2_LO; // |f| ≤ ln(2) / 2
     // e^f, Taylor to degree 7.
     let p = 1.0
@@ -50,7 +64,8 @@ pub(crate) fn exp(x: f32) -> f32 {
                 + f * (1.0 / 6.0
                     + f * (1.0 / 24.0
                         + f * (1.0 / 120.0 + f * (1.0 / 720.0 + f * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2^n, with n in [-126, 127] after the clamp: its exponent field is `n + 127`.
+    let scale = f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
     let value = p * scale;
     if arg > 88.0 {
         f32::INFINITY
@@ -428,6 +443,70 @@ mod tests {
         assert_eq!(super::exp(89.0), f32::INFINITY);
         assert_eq!(super::exp(-1000.0), 0.0);
         assert!(super::exp(f32::NAN).is_nan());
+    }
+
+    /// The loops as dispatched (AVX-512 or AVX2 where the CPU has them) give the bits of
+    /// the baseline build, over inputs that cover the clamps, the tails and NaN, at
+    /// lengths that leave a remainder after the vector lanes.
+    #[test]
+    fn the_dispatched_loops_give_the_baseline_bits() {
+        let mut x: Vec<f32> = (-4000..4000).map(|i| i as f32 * 0.0275).collect();
+        x.extend([-1000.0, -103.0, -87.5, 88.5, 1000.0, f32::NAN, -0.0, 1e-30]);
+        x.push(0.5); // 8,009 values: not a multiple of 8 or 16
+        let g: Vec<f32> = x.iter().map(|v| 1.0 - v * 0.01).collect();
+        // NaN as one value: its payload is not what the loops promise.
+        let bits = |v: &[f32]| {
+            v.iter()
+                .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+                .collect::<Vec<_>>()
+        };
+        type Unary = (fn(&[f32], &mut [f32]), fn(&[f32], &mut [f32]));
+        let unary: [Unary; 3] = [
+            (super::gelu_exact, super::gelu_exact_body),
+            (super::gelu_tanh, super::gelu_tanh_body),
+            (super::silu, super::silu_body),
+        ];
+        for (i, (dispatched, baseline)) in unary.into_iter().enumerate() {
+            let (mut a, mut b) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+            dispatched(&x, &mut a);
+            baseline(&x, &mut b);
+            assert_eq!(bits(&a), bits(&b), "forward loop {i}");
+        }
+        type Binary = (
+            fn(&[f32], &[f32], &mut [f32]),
+            fn(&[f32], &[f32], &mut [f32]),
+        );
+        let binary: [Binary; 3] = [
+            (super::gelu_exact_backward, super::gelu_exact_backward_body),
+            (super::gelu_tanh_backward, super::gelu_tanh_backward_body),
+            (super::silu_backward, super::silu_backward_body),
+        ];
+        for (i, (dispatched, baseline)) in binary.into_iter().enumerate() {
+            let (mut a, mut b) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+            dispatched(&x, &g, &mut a);
+            baseline(&x, &g, &mut b);
+            assert_eq!(bits(&a), bits(&b), "backward loop {i}");
+        }
+        // The online softmax over 3 rows of 2,669 scores.
+        let (rows, cols) = (3, 2669);
+        let run = |f: fn(&mut [f32], usize, usize, &mut [f32], &mut [f32], &mut [f32])| {
+            let mut s = x[..rows * cols].to_vec();
+            s[7] = f32::NEG_INFINITY;
+            let (mut m, mut l, mut c) = (vec![0.5f32; rows], vec![2.0f32; rows], vec![0.0; rows]);
+            f(&mut s, cols, cols, &mut m, &mut l, &mut c);
+            [s, m, l, c].map(|v| bits(&v))
+        };
+        assert_eq!(
+            run(super::online_softmax),
+            run(super::online_softmax_body),
+            "online softmax"
+        );
+        // A control: the comparison sees a difference of one bit.
+        let mut a = vec![0.0; x.len()];
+        super::gelu_exact(&x, &mut a);
+        let mut b = a.clone();
+        b[100] = f32::from_bits(b[100].to_bits() ^ 1);
+        assert_ne!(bits(&a), bits(&b));
     }
 
     /// `erf` by its series (|x| < 3) and its continued fraction beyond, in f64: a reference

@@ -489,7 +489,8 @@ mod tests {
         }
         // The online softmax over 3 rows of 2,669 scores.
         let (rows, cols) = (3, 2669);
-        let run = |f: fn(&mut [f32], usize, usize, &mut [f32], &mut [f32], &mut [f32])| {
+        type Softmax = fn(&mut [f32], usize, usize, &mut [f32], &mut [f32], &mut [f32]);
+        let run = |f: Softmax| {
             let mut s = x[..rows * cols].to_vec();
             s[7] = f32::NEG_INFINITY;
             let (mut m, mut l, mut c) = (vec![0.5f32; rows], vec![2.0f32; rows], vec![0.0; rows]);

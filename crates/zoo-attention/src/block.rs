@@ -28,7 +28,9 @@ use crate::mha::{
 /// `[8, 128, 768] x [768, 2304]` that is 22 ms against 15 ms folded (torch 2.9, 2 threads).
 ///
 /// A weight that Burn quantized takes the zoo's product on flex
-/// ([`zoo_kernels::quant::linear`]) rather than a dequantized copy per call.
+/// ([`zoo_kernels::quant::linear`]) rather than a dequantized copy per call, and one
+/// packed two 4-bit values to a byte ([`zoo_kernels::quant::PackedQ4`]) its product on
+/// the packed values ([`zoo_kernels::quant::linear_q4`]).
 ///
 /// # Shapes
 /// - `x`: `[..., D_in]` -> `[..., D_out]`
@@ -38,11 +40,15 @@ pub fn linear_rows<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
     }
     let dims = x.dims();
     let rows = dims[..D - 1].iter().product();
-    let out = zoo_kernels::quant::linear(
-        x.reshape([rows, dims[D - 1]]),
-        layer.weight.val(),
-        layer.bias.as_ref().map(|b| b.val()),
-    );
+    let x = x.reshape([rows, dims[D - 1]]);
+    let bias = layer.bias.as_ref().map(|b| b.val());
+    let out = match layer
+        .weight
+        .reparameterization::<zoo_kernels::quant::PackedQ4>()
+    {
+        Some(packed) => zoo_kernels::quant::linear_q4(x, packed, bias),
+        None => zoo_kernels::quant::linear(x, layer.weight.val(), bias),
+    };
     let mut out_dims = dims;
     out_dims[D - 1] = out.dims()[1];
     out.reshape(out_dims)

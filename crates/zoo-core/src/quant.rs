@@ -4,12 +4,21 @@
 //! output heads, norms and biases keep their precision, as common practice keeps the
 //! first and last layers. Backends run the product on the packed weights where they can
 //! (CubeCL's) and dequantize before it otherwise (flex, ndarray).
+//!
+//! Flex keeps Burn's quantized values one per byte, so 4-bit weights are packed two to a
+//! byte there after quantizing ([`pack_q4_weights`]: `zoo_kernels::quant::PackedQ4`, a
+//! reparameterization of each weight's parameter), and multiplied in that form.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use std::collections::HashMap;
+
+use burn::module::{
+    Module, ModuleMapper, ModuleVisitor, Param, ParamId, Reparameterization, Reparameterizer,
+};
 use burn::tensor::quantization::{
     Calibration, QuantScheme, QuantStore, QuantValue, ScaleDtype, compute_q_params, compute_range,
 };
 use burn::tensor::{DType, Device, Tensor};
+use zoo_kernels::quant::PackedQ4;
 
 use crate::ModelError;
 
@@ -132,6 +141,13 @@ pub fn quantize_linear_weights<M: Module>(
     device: &Device,
 ) -> Result<(M, QuantReport), ModelError> {
     let scheme = scheme(options, device).map_err(ModelError::msg)?;
+    // Packed weights back in Burn's store first, where the quantizer sees them as
+    // quantized already (a packed checkpoint loaded with a quantization asked for).
+    let model = if has_packed_q4(&model) {
+        model.materialize()
+    } else {
+        model
+    };
     let mut mapper = LinearQuantizer {
         scheme,
         options: *options,
@@ -139,7 +155,184 @@ pub fn quantize_linear_weights<M: Module>(
         report: QuantReport::default(),
     };
     let model = model.map(&mut mapper);
-    Ok((model, mapper.report))
+    let mut report = mapper.report;
+    if packs_q4(options, device) {
+        let (model, saved) = pack_q4_weights(model);
+        report.bytes_after -= saved;
+        return Ok((model, report));
+    }
+    Ok((model, report))
+}
+
+/// Whether weights quantized with `options` on `device` are packed two values to a byte
+/// ([`pack_q4_weights`]): 4-bit ones on flex, outside autodiff.
+pub fn packs_q4(options: &QuantOptions, device: &Device) -> bool {
+    options.bits == QuantBits::Q4
+        && !device.is_autodiff()
+        && zoo_device::BackendName::of(device) == Some(zoo_device::BackendName::Flex)
+}
+
+/// `model` with each of its 2-D parameters that Burn holds as 4-bit values one per byte
+/// packed two to a byte (`zoo_kernels::quant::pack_q4`; others left as they are), and
+/// the bytes that saved. Each weight is packed, and its byte-per-value copy dropped,
+/// before the next.
+pub fn pack_q4_weights<M: Module>(model: M) -> (M, usize) {
+    let saved = std::rc::Rc::new(std::cell::Cell::new(0usize));
+    let packer = Packer {
+        saved: saved.clone(),
+    };
+    let model = model.apply_reparameterization(packer);
+    (model, saved.get())
+}
+
+struct Packer {
+    saved: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl Reparameterizer for Packer {
+    type Reparam = PackedQ4;
+
+    fn reparameterize<const D: usize>(
+        &mut self,
+        _path: &str,
+        param: Param<Tensor<D>>,
+    ) -> (Param<Tensor<D>>, Option<PackedQ4>) {
+        if D != 2 || !param.is_initialized() {
+            return (param, None);
+        }
+        let weight = param.val();
+        if !matches!(weight.dtype(), DType::QFloat(_)) {
+            return (param, None);
+        }
+        let dims = weight.dims();
+        let Some((base, packed)) =
+            zoo_kernels::quant::pack_q4(&weight.clone().reshape([dims[0], dims[1]]))
+        else {
+            return (param, None);
+        };
+        let before = stored_bytes(weight.dtype(), &dims);
+        self.saved
+            .set(self.saved.get() + before.saturating_sub(packed.bytes()));
+        drop(weight);
+        (param.map(move |_| base.reshape(dims)), Some(packed))
+    }
+}
+
+/// Whether `module` holds weights packed by [`pack_q4_weights`].
+pub fn has_packed_q4<M: Module>(module: &M) -> bool {
+    struct Find(bool);
+    impl ModuleVisitor for Find {
+        fn enter_module(&mut self, name: &str, container_type: &str) {
+            self.0 |= container_type == "Reparameterization" && name == PackedQ4::NAME;
+        }
+    }
+    let mut find = Find(false);
+    module.visit(&mut find);
+    find.0
+}
+
+/// `module` as it is saved: packed 4-bit weights back in Burn's quantized tensors (one
+/// value per byte, the same values and scales), which its stores write; `None` when it
+/// holds none.
+pub fn unpacked<M: Module>(module: &M) -> Option<M> {
+    type Parts = (Option<Tensor<2, burn::tensor::Int>>, Option<Tensor<2>>);
+    /// Each packed weight's values and scales, by the id of its parameter.
+    #[derive(Default)]
+    struct Collect {
+        last: Option<ParamId>,
+        current: Option<ParamId>,
+        found: HashMap<ParamId, Parts>,
+    }
+    impl ModuleVisitor for Collect {
+        fn enter_module(&mut self, name: &str, container_type: &str) {
+            if container_type == "Reparameterization" && name == PackedQ4::NAME {
+                self.current = self.last;
+            }
+        }
+        fn exit_module(&mut self, name: &str, container_type: &str) {
+            if container_type == "Reparameterization" && name == PackedQ4::NAME {
+                self.current = None;
+            }
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            match self.current {
+                Some(id) if D == 2 => {
+                    let t = param.val();
+                    let d = t.dims();
+                    self.found.entry(id).or_default().1 = Some(t.reshape([d[0], d[1]]));
+                }
+                _ => self.last = Some(param.id),
+            }
+        }
+        fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, burn::tensor::Int>>) {
+            if let Some(id) = self.current.filter(|_| D == 2) {
+                let t = param.val();
+                let d = t.dims();
+                self.found.entry(id).or_default().0 = Some(t.reshape([d[0], d[1]]));
+            }
+        }
+    }
+    struct Unpack(HashMap<ParamId, Parts>);
+    impl ModuleMapper for Unpack {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            match self.0.remove(&param.id) {
+                Some((Some(values), Some(scales))) => {
+                    let dims = param.lazy_shape();
+                    param.map(move |_| PackedQ4::quantized_from(values, scales).reshape(dims))
+                }
+                _ => param,
+            }
+        }
+    }
+    if !has_packed_q4(module) {
+        return None;
+    }
+    let mut collect = Collect::default();
+    module.visit(&mut collect);
+    // The packed weights dropped, their bases (a broadcast zero each) left in place.
+    let bare = zoo_kernels::quant::detaching(|| module.clone().materialize());
+    Some(bare.map(&mut Unpack(collect.found)))
+}
+
+/// The parameters of `module`, each weight packed by [`pack_q4_weights`] counted once,
+/// by its shape (Burn's `num_params` adds the packed values and scales to it).
+pub fn param_count<M: Module>(module: &M) -> usize {
+    #[derive(Default)]
+    struct Count {
+        total: usize,
+        /// Inside a packed weight's reparameterization: its tensors are not counted.
+        packed: usize,
+    }
+    impl ModuleVisitor for Count {
+        fn enter_module(&mut self, name: &str, container_type: &str) {
+            if container_type == "Reparameterization" && name == PackedQ4::NAME {
+                self.packed += 1;
+            }
+        }
+        fn exit_module(&mut self, name: &str, container_type: &str) {
+            if container_type == "Reparameterization" && name == PackedQ4::NAME {
+                self.packed -= 1;
+            }
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if self.packed == 0 {
+                self.total += param.lazy_shape().num_elements();
+            }
+        }
+        fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, burn::tensor::Int>>) {
+            if self.packed == 0 {
+                self.total += param.lazy_shape().num_elements();
+            }
+        }
+        fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, burn::tensor::Bool>>) {
+            if self.packed == 0 {
+                self.total += param.lazy_shape().num_elements();
+            }
+        }
+    }
+    let mut count = Count::default();
+    module.visit(&mut count);
+    count.total
 }
 
 /// Whether `device` runs weights quantized with `options`: checked before a model is
@@ -249,26 +442,55 @@ pub struct WeightBytes {
 /// What `model`'s parameters take in memory: each tensor's [`stored_bytes`], read from
 /// its type and shape (nothing is read back from the device).
 pub fn weight_bytes<M: Module>(model: &M) -> WeightBytes {
-    struct Count(WeightBytes);
+    #[derive(Default)]
+    struct Count {
+        bytes: WeightBytes,
+        /// The bytes and values of the last float parameter counted: the base of a
+        /// packed weight when its reparameterization follows.
+        last: (usize, usize),
+        /// Inside a packed weight: its values and scales are its quantized bytes.
+        packed: bool,
+    }
     impl ModuleVisitor for Count {
+        fn enter_module(&mut self, name: &str, container_type: &str) {
+            if container_type == "Reparameterization" && name == PackedQ4::NAME {
+                // The base (a zero broadcast to the weight's shape) holds nothing.
+                let (bytes, values) = self.last;
+                self.bytes.total -= bytes;
+                self.bytes.quantized_values += values;
+                self.packed = true;
+            }
+        }
+        fn exit_module(&mut self, name: &str, container_type: &str) {
+            if container_type == "Reparameterization" && name == PackedQ4::NAME {
+                self.packed = false;
+            }
+        }
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             let t = param.val();
             let (dtype, dims) = (t.dtype(), t.dims());
             let bytes = stored_bytes(dtype, &dims);
-            self.0.total += bytes;
-            if matches!(dtype, DType::QFloat(_)) {
-                self.0.quantized += bytes;
-                self.0.quantized_values += dims.iter().product::<usize>();
+            self.bytes.total += bytes;
+            self.last = (bytes, dims.iter().product());
+            if self.packed {
+                self.bytes.quantized += bytes;
+            } else if matches!(dtype, DType::QFloat(_)) {
+                self.bytes.quantized += bytes;
+                self.bytes.quantized_values += dims.iter().product::<usize>();
             }
         }
         fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, burn::tensor::Int>>) {
             let t = param.val();
-            self.0.total += stored_bytes(t.dtype(), &t.dims());
+            let bytes = stored_bytes(t.dtype(), &t.dims());
+            self.bytes.total += bytes;
+            if self.packed {
+                self.bytes.quantized += bytes;
+            }
         }
     }
-    let mut count = Count(WeightBytes::default());
+    let mut count = Count::default();
     model.visit(&mut count);
-    count.0
+    count.bytes
 }
 
 struct LinearQuantizer {
@@ -399,6 +621,69 @@ mod tests {
         // 8 bits and one f32 scale per 32 values: 1.125 bytes a value on flex and ndarray,
         // packed into words elsewhere, the same 1.125.
         assert_eq!(w.quantized, 32 * 64 + 64 * 4);
+    }
+
+    /// 4-bit weights on flex are packed two to a byte: half a byte a value and one f32
+    /// scale per block, counted so in the report and in the weight bytes; the parameter
+    /// count is the float model's; the outputs are the unpacked model's (Burn's quantized
+    /// tensors, bit for bit: `Linear::forward` reads the weight through `Param::val`); and
+    /// saving sees Burn's tensors again. Elsewhere nothing is packed.
+    #[test]
+    fn q4_weights_are_packed_two_to_a_byte_on_flex() {
+        #[derive(Module, Debug)]
+        struct Net {
+            layers: Vec<burn::nn::Linear>,
+        }
+        let device = test_device();
+        let net = Net {
+            layers: vec![
+                LinearConfig::new(32, 64).init(&device),
+                LinearConfig::new(64, 16).init(&device),
+            ],
+        };
+        let params = param_count(&net);
+        assert_eq!(params, 32 * 64 + 64 + 64 * 16 + 16);
+        let options = QuantOptions::per_block(QuantBits::Q4, 8);
+        let Ok((net, report)) = quantize_linear_weights(net, &options, &device) else {
+            return; // a backend without 4-bit weights (libtorch, ndarray)
+        };
+        let flex = zoo_device::BackendName::of(&device) == Some(zoo_device::BackendName::Flex);
+        assert_eq!(has_packed_q4(&net), flex);
+        assert_eq!(packs_q4(&options, &device), flex);
+        assert_eq!(param_count(&net), params);
+        let w = weight_bytes(&net);
+        let values = 32 * 64 + 64 * 16;
+        assert_eq!(w.quantized_values, values);
+        assert_eq!(w.quantized, report.bytes_after, "{report:?}");
+        assert_eq!(w.total, (64 + 16) * 4 + w.quantized);
+        if !flex {
+            return;
+        }
+        // Half a byte a value, and a 4-byte scale per 8 values.
+        assert_eq!(w.quantized, values / 2 + values / 8 * 4);
+        let x = Tensor::<2>::random(
+            [3, 32],
+            burn::tensor::Distribution::Normal(0.0, 1.0),
+            &device,
+        );
+        let run = |n: &Net| {
+            let y = n.layers[1].forward(n.layers[0].forward(x.clone()));
+            y.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+        };
+        let unpacked = unpacked(&net).expect("the packed weights, unpacked");
+        assert!(!has_packed_q4(&unpacked));
+        assert!(matches!(
+            unpacked.layers[0].weight.val().dtype(),
+            DType::QFloat(s) if s.value == QuantValue::Q4S
+        ));
+        assert_eq!(weight_bytes(&unpacked).quantized, values + values / 8 * 4);
+        assert_eq!(run(&net), run(&unpacked));
+        assert!(crate::checkpoint::is_quantized(&net));
+        // Packed again: the same bytes as the first packing.
+        let (again, saved) = pack_q4_weights(unpacked);
+        assert_eq!(saved, values / 2);
+        assert_eq!(weight_bytes(&again), w);
+        assert_eq!(run(&again), run(&net));
     }
 
     /// A layer whose width leaves a `u32` word part-filled is kept in float where the

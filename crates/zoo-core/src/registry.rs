@@ -278,7 +278,7 @@ pub trait ParamCount {
 
 impl<M: burn::module::Module> ParamCount for M {
     fn param_count(&self) -> usize {
-        self.num_params()
+        crate::quant::param_count(self)
     }
 
     fn weight_bytes(&self) -> crate::quant::WeightBytes {

@@ -186,11 +186,21 @@ fn quantizing_while_loading_gives_the_model_quantized_after_loading() {
             let (model, report) = loaded.unwrap();
             let float = AutoModel::from_pretrained(&dir, &device).unwrap();
             let f32_out = float.forward(&input, &device).unwrap();
+            let params = float.num_params();
             let (after, report_after) = float.quantize(q, &device).unwrap();
             assert_eq!(report, report_after, "{name} {q}");
             assert!(report.tensors >= 2, "{name} {q}: {report:?}");
             assert_eq!(model.weight_bytes(), after.weight_bytes(), "{name} {q}");
-            assert!(model.weight_bytes().quantized > 0, "{name} {q}");
+            let w = model.weight_bytes();
+            assert!(w.quantized > 0, "{name} {q}");
+            assert_eq!(w.quantized, report.bytes_after, "{name} {q}: {report:?}");
+            assert_eq!(model.num_params(), params, "{name} {q}");
+            if q.bits == QuantBits::Q4 {
+                // Two values to a byte and a 4-byte scale per block of 8: packed on flex
+                // by the zoo, into words on wgpu by Burn.
+                let values = w.quantized_values;
+                assert_eq!(w.quantized, values / 2 + values / 8 * 4, "{name} {q}");
+            }
             let want = after.forward(&input, &device).unwrap();
             let got = model.forward(&input, &device).unwrap();
             let errs = relative_errors(&want, &got);

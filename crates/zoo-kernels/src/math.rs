@@ -162,8 +162,19 @@ fn scale_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize) {
     }
 }
 
+/// `out[2j] = low nibble of bytes[j]`, `out[2j + 1] = its high nibble`, each a signed
+/// 4-bit value in two's complement (`-8..=7`): a row of a packed 4-bit weight as `i8`.
+#[inline(always)]
+fn unpack_q4_body(out: &mut [i8], bytes: &[u8]) {
+    for (o, &b) in out.chunks_exact_mut(2).zip(bytes) {
+        o[0] = ((b << 4) as i8) >> 4;
+        o[1] = (b as i8) >> 4;
+    }
+}
+
 multiversion!(axpy_blocks => axpy_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], x: f32, bn: usize));
 multiversion!(scale_blocks => scale_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize));
+multiversion!(unpack_q4 => unpack_q4_body(out: &mut [i8], bytes: &[u8]));
 
 /// Lanes of the reductions: eight partial sums, added at the end, so that the compiler
 /// keeps them in one vector register.

@@ -521,7 +521,23 @@ pub fn load_into<M: Module>(
     let file = WeightsFile::find(dir)?;
     // An f32 file for a half-precision model is narrowed as it is read.
     let tensors = file.tensors_as(Some(float_target(&module.devices())))?;
-    load_tensors(module, tensors, map, file.path())
+    let q4 = tensors.values().any(|t| {
+        matches!(t.dtype, DType::QFloat(s) if s.value == burn::tensor::quantization::QuantValue::Q4S)
+    });
+    let loaded = load_tensors(module, tensors, map, file.path())?;
+    // 4-bit weights held one per byte on flex: packed two to a byte, as quantizing packs
+    // them (`crate::quant::pack_q4_weights`).
+    let options = crate::QuantOptions::per_tensor(crate::QuantBits::Q4);
+    if q4
+        && module
+            .devices()
+            .first()
+            .is_some_and(|d| crate::quant::packs_q4(&options, d))
+    {
+        let (packed, _) = crate::quant::pack_q4_weights(module.clone());
+        *module = packed;
+    }
+    Ok(loaded)
 }
 
 /// The float type a module on `devices` makes its parameters in: the first device's

@@ -37,10 +37,11 @@ pub fn save_safetensors<M: Module>(
 /// Whether `module` holds quantized weights (Burn's `QFloat` tensors), which safetensors
 /// cannot store.
 pub fn is_quantized<M: Module>(module: &M) -> bool {
-    module
-        .collect(None, None, true)
-        .iter()
-        .any(|t| matches!(t.dtype, DType::QFloat(_)))
+    crate::quant::has_packed_q4(module)
+        || module
+            .collect(None, None, true)
+            .iter()
+            .any(|t| matches!(t.dtype, DType::QFloat(_)))
 }
 
 /// Writes `module` as a burnpack file (Burn's own format, which stores quantized tensors
@@ -57,6 +58,8 @@ pub fn save_burnpack<M: Module>(
     path: &Path,
     map: &KeyMap,
 ) -> Result<(), CheckpointError> {
+    let unpacked = crate::quant::unpacked(module);
+    let module = unpacked.as_ref().unwrap_or(module);
     let tensors = module.collect(
         None,
         Some(Box::new(map.adapter(Direction::ToPytorch))),
@@ -90,6 +93,9 @@ pub fn save_pretrained<M: Module, C: serde::Serialize>(
     model_type: &str,
     architecture: &str,
 ) -> Result<(), CheckpointError> {
+    // Weights packed two 4-bit values to a byte are written as Burn's quantized tensors.
+    let unpacked = crate::quant::unpacked(module);
+    let module = unpacked.as_ref().unwrap_or(module);
     let quantized = is_quantized(module);
     let weights = if quantized {
         "model.bpk"

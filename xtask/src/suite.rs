@@ -1019,8 +1019,10 @@ fn precision_header(
          copy; for more rows it dequantizes the weight in one vectorised pass, then runs \
          flex's f32 product. The `q8-burn` rows turn it off (`--no-kernels`): Burn 0.22.1's \
          own path, which dequantizes the whole weight value by value (a block lookup with a \
-         division per value) at every call. Flex keeps 4-bit values one per byte, so q4 runs \
-         and weighs as q8 there.\n- Rows 4a to 4e: loading a \
+         division per value) at every call. Burn's flex keeps 4-bit values one per byte; the \
+         zoo packs them two to a byte (`zoo_kernels::quant::PackedQ4`) and its product \
+         unpacks one row of a panel at a time, so q4 weighs half of q8 there.\n- Rows 4a \
+         to 4e: loading a \
          checkpoint folder (random weights from seed 0, saved by `transformers`' \
          `save_pretrained` in f32 or f16 by `xtask/bench/write_checkpoint.py`) with \
          `AutoModel::from_pretrained`, as every `zoo` command loads (the `load` program), \

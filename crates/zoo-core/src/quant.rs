@@ -205,16 +205,17 @@ impl Reparameterizer for Packer {
             return (param, None);
         }
         let dims = weight.dims();
-        let Some((base, packed)) =
+        let Some((_, packed)) =
             zoo_kernels::quant::pack_q4(&weight.clone().reshape([dims[0], dims[1]]))
         else {
             return (param, None);
         };
+        let base = zoo_kernels::quant::packed_base(dims, &weight.device());
         let before = stored_bytes(weight.dtype(), &dims);
         self.saved
             .set(self.saved.get() + before.saturating_sub(packed.bytes()));
         drop(weight);
-        (param.map(move |_| base.reshape(dims)), Some(packed))
+        (param.map(move |_| base), Some(packed))
     }
 }
 

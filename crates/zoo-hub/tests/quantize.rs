@@ -287,8 +287,20 @@ fn quantized_checkpoints_load_back_as_the_model_that_wrote_them() {
             );
             continue;
         }
+        let loaded = loaded.unwrap();
+        assert_eq!(
+            loaded.weight_bytes(),
+            written.weight_bytes(),
+            "{name}: as written"
+        );
+        if options.bits == QuantBits::Q4 {
+            // Packed again as it loads: two values to a byte, a 4-byte scale per 8.
+            let w = loaded.weight_bytes();
+            let values = w.quantized_values;
+            assert_eq!(w.quantized, values / 2 + values / 8 * 4, "{name}");
+        }
         let input = input(&zoo_fixtures::expected::<Value>(&dir));
-        let got = loaded.unwrap().forward(&input, &device).unwrap();
+        let got = loaded.forward(&input, &device).unwrap();
         let want = written.forward(&input, &flex).unwrap();
         let f32_out = AutoModel::from_pretrained(&dir, &device)
             .unwrap()

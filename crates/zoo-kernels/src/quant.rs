@@ -210,6 +210,12 @@ impl PackedQ4 {
     }
 }
 
+/// The base of a packed weight of `dims`: one zero broadcast to that shape, which holds
+/// one value. Made at its rank: reshaping a broadcast view copies it whole.
+pub fn packed_base<const D: usize>(dims: [usize; D], device: &burn::tensor::Device) -> Tensor<D> {
+    Tensor::<D>::zeros([1; D], device).expand(dims)
+}
+
 /// `weight` packed two 4-bit values to a byte: the base to store in its parameter (one
 /// zero broadcast to its shape) and the [`PackedQ4`] to attach to it. `None` when the
 /// weight is not a 2-D Burn quantized tensor of 4-bit values with f32 scales, one per
@@ -253,9 +259,8 @@ pub fn pack_q4(weight: &Tensor<2>) -> Option<(Tensor<2>, PackedQ4)> {
         TensorData::new(scales.block, [k / bk, n / bn]),
         (&device, DType::F32),
     );
-    let base = Tensor::<2>::zeros([1, 1], &device).expand([k, n]);
     Some((
-        base,
+        packed_base([k, n], &device),
         PackedQ4 {
             values: Param::initialized(ParamId::new(), values),
             scales: Param::initialized(ParamId::new(), scales),

@@ -529,6 +529,7 @@ pub fn load_into<M: Module>(
     // them (`crate::quant::pack_q4_weights`).
     let options = crate::QuantOptions::per_tensor(crate::QuantBits::Q4);
     if q4
+        && !HEADERS_ONLY.with(std::cell::Cell::get)
         && module
             .devices()
             .first()

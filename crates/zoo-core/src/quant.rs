@@ -552,6 +552,22 @@ mod tests {
     use burn::nn::LinearConfig;
     use zoo_device::test_device;
 
+    /// Linear layers in a `Vec`: a layer stack, whose weights quantizing takes.
+    #[derive(Module, Debug)]
+    struct Stack {
+        layers: Vec<burn::nn::Linear>,
+    }
+
+    impl Stack {
+        fn of(dims: &[(usize, usize)], device: &Device) -> Self {
+            let layers = dims
+                .iter()
+                .map(|&(d_in, d_out)| LinearConfig::new(d_in, d_out).init(device))
+                .collect();
+            Self { layers }
+        }
+    }
+
     fn q(value: QuantValue, store: QuantStore, block: Option<u8>) -> DType {
         let base = QuantScheme::default().with_value(value).with_store(store);
         DType::QFloat(match block {
@@ -631,17 +647,8 @@ mod tests {
     /// saving sees Burn's tensors again. Elsewhere nothing is packed.
     #[test]
     fn q4_weights_are_packed_two_to_a_byte_on_flex() {
-        #[derive(Module, Debug)]
-        struct Net {
-            layers: Vec<burn::nn::Linear>,
-        }
         let device = test_device();
-        let net = Net {
-            layers: vec![
-                LinearConfig::new(32, 64).init(&device),
-                LinearConfig::new(64, 16).init(&device),
-            ],
-        };
+        let net = Stack::of(&[(32, 64), (64, 16)], &device);
         let params = param_count(&net);
         assert_eq!(params, 32 * 64 + 64 + 64 * 16 + 16);
         let options = QuantOptions::per_block(QuantBits::Q4, 8);
@@ -667,7 +674,7 @@ mod tests {
             burn::tensor::Distribution::Normal(0.0, 1.0),
             &device,
         );
-        let run = |n: &Net| {
+        let run = |n: &Stack| {
             let y = n.layers[1].forward(n.layers[0].forward(x.clone()));
             y.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
         };
@@ -694,17 +701,8 @@ mod tests {
     /// quantized on every backend.
     #[test]
     fn widths_a_packed_store_cannot_hold_are_kept_in_float() {
-        #[derive(Module, Debug)]
-        struct Net {
-            layers: Vec<burn::nn::Linear>,
-        }
         let device = test_device();
-        let net = Net {
-            layers: vec![
-                LinearConfig::new(16, 6).init(&device),
-                LinearConfig::new(6, 16).init(&device),
-            ],
-        };
+        let net = Stack::of(&[(16, 6), (6, 16)], &device);
         let options = QuantOptions::per_tensor(QuantBits::Q8);
         let Ok(tensor_scheme) = scheme(&options, &device) else {
             return; // a backend without quantized weights (libtorch)

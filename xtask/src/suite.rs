@@ -1032,9 +1032,14 @@ fn precision_header(
          reads each tensor of the safetensors file with a positioned read into memory of \
          its own, so the file's pages stay in the kernel's page cache and out of the \
          process (until 2026-12-04 it memory-mapped the file, and the mapped pages read \
-         stayed resident until it closed: 2.1 to 2.7 ×); the rest of its figure above the \
-         weights is the program's own (code paged in, allocator pages) and, on tch, the \
-         copy each tensor takes on its way into libtorch. `transformers` memory-maps the \
+         stayed resident until it closed: 2.1 to 2.7 ×). While it reads, objects of a \
+         mebibyte or more are mapped from the OS apart from mimalloc's arenas and \
+         unmapped as soon as they are freed, so the buffers that libtorch copies from, and \
+         the partial huge pages at the ends of tensors in the arenas, do not stay resident \
+         (`zoo-core`'s `mimalloc` feature, `checkpoint/memory.rs`; until 2026-12-06 these \
+         rows read 1.13 to 1.27 × on flex and 1.50 to 1.75 × on tch, with 1.02 to 1.04 × \
+         allocated); the rest of its figure above the weights is the program's own (code \
+         paged in). `transformers` memory-maps the \
          file and leaves tensors of the stored type as views of the map, read when first \
          used, so its loading adds almost nothing until the first forward pass; it \
          converts (4c) as the zoo does. Rows 4f and 4g load the f32 file with `--quantize q8` \

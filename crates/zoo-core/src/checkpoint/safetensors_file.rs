@@ -192,7 +192,7 @@ fn parse(
                 Shape::from(entry.shape),
                 None,
                 move || {
-                    let mut bytes = vec![0u8; size];
+                    let mut bytes = super::memory::buffer(size);
                     source
                         .read_at(&mut bytes, offset)
                         .map_err(|e| PackError::IoError(e.to_string()))?;
@@ -232,14 +232,14 @@ fn read_narrowed(
     size: usize,
     half: DType,
 ) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(size / 2);
+    let mut out = super::memory::buffer(size / 2);
     let mut chunk = vec![0u8; size.min(NARROW_CHUNK * 4)];
     let mut done = 0;
     while done < size {
         let n = (size - done).min(chunk.len());
         source.read_at(&mut chunk[..n], offset + done as u64)?;
         let values = TensorData::from_bytes_vec(chunk[..n].to_vec(), [n / 4], DType::F32);
-        out.extend_from_slice(&values.convert_dtype(half).into_bytes());
+        out[done / 2..(done + n) / 2].copy_from_slice(&values.convert_dtype(half).into_bytes());
         done += n;
     }
     Ok(out)

@@ -2932,7 +2932,11 @@ fn info_reads_headers_only_and_still_checks_every_shape() {
     // And it holds about one copy: loading maps each tensor it reads apart from the
     // allocator's arenas and gives back what a backend copies from at once. On wgpu,
     // lavapipe's device memory is the process's, with its upload buffers beside it.
-    let bound = if test_backend() == BackendName::Wgpu { 1.2 } else { 1.15 };
+    let bound = if test_backend() == BackendName::Wgpu {
+        1.2
+    } else {
+        1.15
+    };
     assert!(
         (forward.saturating_sub(baseline) as f64) < weights as f64 * bound,
         "forward peaked {:.0} MiB above the fixture's info, over {bound} × the weights' {:.0} MiB",

@@ -147,7 +147,11 @@ impl burn::store::ModuleAdapter for QuantizeOnLoad {
             // and flex keeps that vector as the tensor's storage: held at its length, a
             // q8 GPT-2 took 1.34 × its weights' bytes after loading instead of 1.0 ×.
             let (shape, dtype) = (data.shape().clone(), data.dtype());
-            Ok(TensorData::from_bytes_vec(data.into_bytes().to_vec(), shape, dtype))
+            Ok(TensorData::from_bytes_vec(
+                data.into_bytes().to_vec(),
+                shape,
+                dtype,
+            ))
         })
     }
 

@@ -1032,10 +1032,13 @@ fn precision_header(
          reads each tensor of the safetensors file with a positioned read into memory of \
          its own, so the file's pages stay in the kernel's page cache and out of the \
          process (until 2026-12-04 it memory-mapped the file, and the mapped pages read \
-         stayed resident until it closed: 2.1 to 2.7 ×). While it reads, objects of a \
-         mebibyte or more are mapped from the OS apart from mimalloc's arenas and \
-         unmapped as soon as they are freed, so the buffers that libtorch copies from, and \
-         the partial huge pages at the ends of tensors in the arenas, do not stay resident \
+         stayed resident until it closed: 2.1 to 2.7 ×). Each buffer read is allocated as Burn \
+         keeps it (16-byte aligned), so it becomes the tensor's storage without a copy \
+         (until 2026-12-06 each tensor was copied once on the way, briefly held twice). \
+         While it reads, mimalloc's pages over 64 KiB (every object over 512 KiB, and the \
+         pages that smaller ones share) are mapped from the OS apart from its arenas and \
+         unmapped once empty, so the buffers that libtorch copies from, and the partial \
+         huge pages at the ends of tensors in the arenas, do not stay resident \
          (`zoo-core`'s `mimalloc` feature, `checkpoint/memory.rs`; until 2026-12-06 these \
          rows read 1.13 to 1.27 × on flex and 1.50 to 1.75 × on tch, with 1.02 to 1.04 × \
          allocated); the rest of its figure above the weights is the program's own (code \
@@ -1044,9 +1047,12 @@ fn precision_header(
          used, so its loading adds almost nothing until the first forward pass; it \
          converts (4c) as the zoo does. Rows 4f and 4g load the f32 file with `--quantize q8` \
          and `q4` (`AutoModel::from_pretrained_quantized`): each linear weight of the layer \
-         stacks is quantized as it is read, so the figure is over the weights as they are \
-         then held (f32 embeddings, 8- or 4-bit layers with their scales); `transformers` has \
-         no such load to run beside it. Rows 4a' to 4g' count what the zoo's \
+         stacks is quantized as it is read (on flex, on the host, to flex's own values and \
+         scales), and applied one at a time, each held at its length and, at 4 bits, packed \
+         two values to a byte before the next is read; the figure is over the weights as they \
+         are then held (f32 embeddings, 8- or 4-bit layers with their scales). Until \
+         2026-12-06 the model was applied whole and packed after: 4f 1.28 ×, 4g 1.54 ×, \
+         and 1.22 × and 1.47 × allocated. `transformers` has no such load to run beside it. Rows 4a' to 4g' count what the zoo's \
          program allocates (its counting allocator: the tensors and any copy on the way, \
          not the mapped file), on flex.\n- Method: {} round(s); in a round \
          the zoo's program runs once on each backend, then the PyTorch script once; each \

@@ -47,6 +47,25 @@ pub trait QuantLinearOps: Backend {
         values: IntTensor<Self>,
         scales: FloatTensor<Self>,
     ) -> FloatTensor<Self>;
+    /// `w` with its values held in memory of their own length ([`compact`]).
+    fn quantized_compact(w: QuantizedTensor<Self>) -> QuantizedTensor<Self>;
+}
+
+/// `weight` with its quantized values held in an allocation of their length: the same
+/// tensor, values and scales. Flex, making a quantized tensor from its data (a checkpoint
+/// of quantized weights, or weights quantized as they are read), splits the scales off
+/// the end of the values' vector and keeps the vector's whole capacity, 1/8 more than the
+/// values for 8-bit values with blocks of 32. Other tensors, backends and autodiff are
+/// returned as they are.
+pub fn compact<const D: usize>(weight: Tensor<D>) -> Tensor<D> {
+    if !matches!(weight.dtype(), DType::QFloat(_))
+        || weight.device().is_autodiff()
+        || !crate::on_flex(&weight)
+    {
+        return weight;
+    }
+    use burn::backend::Dispatch;
+    Tensor::<D>::from_dispatch(Dispatch::quantized_compact(weight.into_dispatch()))
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -344,6 +363,26 @@ mod flex {
             };
             packed.matmul(x)
         }
+
+        fn quantized_compact(w: FlexQTensor) -> FlexQTensor {
+            compact_values(w)
+        }
+    }
+
+    /// See [`super::compact`]. Two-level schemes (whose per-tensor scale flex does not
+    /// show) and values held to their length already are returned as they are.
+    fn compact_values(w: FlexQTensor) -> FlexQTensor {
+        let DType::QFloat(scheme) = w.dtype() else {
+            return w;
+        };
+        let data = w.tensor().data_arc();
+        if global_scale_dtype(&scheme).is_some() || data.capacity() <= data.len() {
+            return w;
+        }
+        let mut exact = Bytes::from_elems(Vec::<u128>::with_capacity(data.len().div_ceil(16)));
+        exact.extend_from_byte_slice_aligned(&data, 16);
+        let values = FlexTensor::new(exact, w.tensor().layout().clone(), DType::I8);
+        FlexQTensor::new(values, scheme, w.scales().to_vec(), None)
     }
 
     /// A 2-D quantized weight as the kernel reads it: the values row-major `[k, n]`, and
@@ -547,6 +586,41 @@ mod tests {
             .zip(want)
             .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
         diff / peak
+    }
+
+    /// The bytes behind a flex quantized tensor's values: (length, capacity).
+    fn values_store(t: &Tensor<2>) -> (usize, usize) {
+        use burn::backend::{BackendTensor, DispatchTensorKind};
+        #[allow(unreachable_patterns)]
+        match t.clone().into_dispatch().kind {
+            DispatchTensorKind::Flex(BackendTensor::Quantized(q)) => {
+                let data = q.tensor().data_arc();
+                (data.len(), data.capacity())
+            }
+            _ => panic!("a flex quantized tensor"),
+        }
+    }
+
+    /// A quantized tensor made from its data keeps its values' spare capacity on flex
+    /// (the scales split off the end, 1/8 of the values at 8 bits in blocks of 32);
+    /// `compact` drops it and keeps every value and scale.
+    #[test]
+    fn compact_drops_the_spare_capacity_and_keeps_the_values() {
+        let _rng = crate::testing::rng();
+        let d = device();
+        let w = Tensor::<2>::random([64, 96], Distribution::Normal(0.0, 1.0), &d);
+        let q = quantize(&w, QuantValue::Q8S, Some(32));
+        let data = q.into_data();
+        let loaded = Tensor::<2>::from_data(data.clone(), &d);
+        let (len, capacity) = values_store(&loaded);
+        assert_eq!(len, 64 * 96);
+        assert_eq!(capacity, 64 * 96 + 64 * 3 * 4, "the scales' bytes stay as spare room");
+        let compact = super::compact(loaded);
+        assert_eq!(values_store(&compact), (64 * 96, 64 * 96));
+        assert_eq!(compact.into_data().as_bytes(), data.as_bytes());
+        // Float tensors pass as they are.
+        let same = super::compact(w.clone());
+        assert_eq!(host(same), host(w));
     }
 
     /// Both products of the kernel (the fused one up to `FUSED_MAX_ROWS` rows, the

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use burn::store::bridge;
 use burn::store::burn_pack::Error as PackError;
-use burn::tensor::{BoolStore, DType, Shape, TensorData};
+use burn::tensor::{BoolStore, Bytes, DType, Shape, TensorData};
 
 use super::{CheckpointError, PackTensor};
 
@@ -183,7 +183,7 @@ fn parse(
                 move || {
                     let bytes = read_narrowed(&source, offset, size, half)
                         .map_err(|e| PackError::IoError(e.to_string()))?;
-                    Ok(TensorData::from_bytes_vec(bytes, shape.clone(), half))
+                    Ok(TensorData::from_bytes(bytes, shape.clone(), half))
                 },
             ),
             _ => bridge::deferred(
@@ -196,7 +196,7 @@ fn parse(
                     source
                         .read_at(&mut bytes, offset)
                         .map_err(|e| PackError::IoError(e.to_string()))?;
-                    Ok(TensorData::from_bytes_vec(bytes, shape.clone(), dtype))
+                    Ok(TensorData::from_bytes(bytes, shape.clone(), dtype))
                 },
             ),
         };
@@ -231,7 +231,7 @@ fn read_narrowed(
     offset: u64,
     size: usize,
     half: DType,
-) -> std::io::Result<Vec<u8>> {
+) -> std::io::Result<Bytes> {
     let mut out = super::memory::buffer(size / 2);
     let mut chunk = vec![0u8; size.min(NARROW_CHUNK * 4)];
     let mut done = 0;

@@ -209,9 +209,9 @@ impl Reparameterizer for Packer {
         let dims = weight.dims();
         // Rank 2 already: the same tensor at its static rank. (A reshape of a
         // block-quantized tensor dequantizes it and quantizes it again on flex.)
-        let Some((_, packed)) =
-            zoo_kernels::quant::pack_q4(&Tensor::<2>::from_dispatch(weight.clone().into_dispatch()))
-        else {
+        let Some((_, packed)) = zoo_kernels::quant::pack_q4(&Tensor::<2>::from_dispatch(
+            weight.clone().into_dispatch(),
+        )) else {
             return (param, None);
         };
         let base = zoo_kernels::quant::packed_base(dims, &weight.device());
@@ -765,7 +765,9 @@ mod tests {
         assert!(quantize_f32_as_flex(&values, &[k, n], &tensor_scale).is_none());
         let odd = base.per_block([48], ScaleDtype::F32);
         assert!(quantize_f32_as_flex(&values, &[k, n], &odd).is_none());
-        let packed = base.with_store(QuantStore::PackedU32(0)).per_block([32], ScaleDtype::F32);
+        let packed = base
+            .with_store(QuantStore::PackedU32(0))
+            .per_block([32], ScaleDtype::F32);
         assert!(quantize_f32_as_flex(&values, &[k, n], &packed).is_none());
         let mut nan = values.clone();
         nan[3] = f32::NAN;

@@ -614,7 +614,11 @@ mod tests {
         let loaded = Tensor::<2>::from_data(data.clone(), &d);
         let (len, capacity) = values_store(&loaded);
         assert_eq!(len, 64 * 96);
-        assert_eq!(capacity, 64 * 96 + 64 * 3 * 4, "the scales' bytes stay as spare room");
+        assert_eq!(
+            capacity,
+            64 * 96 + 64 * 3 * 4,
+            "the scales' bytes stay as spare room"
+        );
         let compact = super::compact(loaded);
         assert_eq!(values_store(&compact), (64 * 96, 64 * 96));
         assert_eq!(compact.into_data().as_bytes(), data.as_bytes());

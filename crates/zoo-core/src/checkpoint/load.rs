@@ -477,7 +477,11 @@ fn apply_by_layer<M: Module>(
     let names: Vec<String> = tensors.iter().map(|t| t.name.clone()).collect();
     for (tensor, name) in tensors.into_iter().zip(&names) {
         // Each tensor of a layer stack apart; the rest together.
-        let key = if stack_item(name).is_empty() { "" } else { name };
+        let key = if stack_item(name).is_empty() {
+            ""
+        } else {
+            name
+        };
         groups.entry(key).or_default().push(tensor);
     }
     if groups.is_empty() {

@@ -122,7 +122,7 @@ impl Drop for Reading {
 /// resident. The advice is advice only: where the kernel refuses it, nothing changes.
 pub(super) fn buffer(size: usize) -> Bytes {
     let mut bytes = empty(size);
-    const ZEROES: [u8; 1 << 16] = [0; 1 << 16];
+    static ZEROES: [u8; 1 << 16] = [0; 1 << 16];
     while bytes.len() < size {
         let n = (size - bytes.len()).min(ZEROES.len());
         bytes.extend_from_byte_slice_aligned(&ZEROES[..n], 16);

@@ -226,12 +226,7 @@ const NARROW_CHUNK: usize = 1 << 18;
 
 /// The `size` bytes of f32 values at `offset` as `half` (f16 or bf16) bytes, read and
 /// converted `NARROW_CHUNK` values at a time.
-fn read_narrowed(
-    source: &Source,
-    offset: u64,
-    size: usize,
-    half: DType,
-) -> std::io::Result<Bytes> {
+fn read_narrowed(source: &Source, offset: u64, size: usize, half: DType) -> std::io::Result<Bytes> {
     let mut out = super::memory::buffer(size / 2);
     let mut chunk = vec![0u8; size.min(NARROW_CHUNK * 4)];
     let mut done = 0;

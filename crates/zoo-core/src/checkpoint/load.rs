@@ -119,12 +119,9 @@ impl QuantizeOnLoad {
     /// [`crate::quantize_linear_weights`] quantizes.
     fn takes(&self, tensor: &PackTensor, ctx: &burn::store::ModuleContext<'_>) -> bool {
         let float = matches!(tensor.dtype, DType::F32 | DType::F16 | DType::BF16);
-        let mut segments = tensor.name.split('.');
-        let last = segments.next_back();
-        let in_stack = segments.any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
         float
-            && in_stack
-            && last == Some("weight")
+            && in_stack(&tensor.name)
+            && tensor.name.ends_with(".weight")
             && ctx.module_type() == Some("Struct:Linear")
             && tensor.shape.num_dims() == 2
             && crate::quant::takes_block(&tensor.shape, &self.options, &self.scheme)
@@ -140,8 +137,8 @@ impl burn::store::ModuleAdapter for QuantizeOnLoad {
         let (name, shape, id) = (tensor.name.clone(), tensor.shape.clone(), tensor.param_id);
         let (scheme, device) = (self.scheme, self.device.clone());
         // On flex, quantized on the host to flex's own values and scales, a block at a
-        // time (`quantize_f32_as_flex`); its spare capacity goes as the layer is
-        // made compact (`apply_by_layer`).
+        // time (`quantize_f32_as_flex`); its spare capacity goes once it is applied
+        // (`apply_by_layer`).
         let on_flex = match self.dtype {
             DType::QFloat(target)
                 if !device.is_autodiff()
@@ -363,9 +360,9 @@ fn load<M: Module>(
             message: e.to_string(),
         })?;
     }
-    // Quantized weights on flex (quantized as read, or a quantized folder) are read a
-    // layer at a time, each layer's made compact, and its 4-bit ones packed two to a
-    // byte, before the next is read (`apply_by_layer`).
+    // Quantized weights on flex (quantized as read, or a quantized folder) are read one
+    // at a time, each held at its length and at 4 bits packed two to a byte before the
+    // next is read (`apply_by_layer`).
     let by_layer = !headers_only
         && devices.first().is_some_and(|d| {
             !d.is_autodiff()
@@ -453,20 +450,17 @@ fn load<M: Module>(
     }
 }
 
-/// The first of `tensors` (name, shape, type as loaded) that takes more than `limit`
-/// bytes, the most one tensor may take on `backend`, as a sentence naming it. Quantized
-/// tensors are not counted: their blocks are stored apart from their scales.
-/// Applies `tensors` to `module` one layer-stack item at a time (the tensors whose module
-/// paths share the part up to their first number, `layers.3`; the rest together, first).
-/// After each, its quantized weights are held at their length
-/// ([`crate::quant::compact_quantized`]) and, with `packs`, its 4-bit ones packed two to a
-/// byte ([`crate::quant::pack_q4_weights`]), before the next is read. Loading then holds
-/// the spare bytes and the unpacked values of one item at a time, not of the whole model:
-/// a GPT-2 small quantized to 4 bits as it was read peaked at 1.30 × its packed weights'
-/// bytes when packing came after the last item, and an 8-bit one at 1.08 ×.
+/// Applies `tensors` to `module` one tensor of a layer stack at a time (the others
+/// together, first). After each, its quantized weight is held at its length
+/// ([`crate::quant::compact_quantized`]) and, with `packs`, at 4 bits packed two to a byte
+/// ([`crate::quant::pack_q4_weights`]), before the next is read. Loading then holds the
+/// spare bytes and the unpacked values of one tensor at a time, not of the whole model:
+/// a GPT-2 small quantized as it was read allocated 1.30 × (4 bits) and 1.08 × (8 bits)
+/// its weights' bytes when it was applied whole and packed after, and 1.06 × at both
+/// this way.
 ///
-/// The result is the one applying them all at once gives: what each item applied,
-/// left unused or refused, and as missing what no item supplied.
+/// The result is the one applying them all at once gives: what each applied, left unused
+/// or refused, and as missing what none supplied.
 fn apply_by_layer<M: Module>(
     module: &mut M,
     tensors: Vec<PackTensor>,
@@ -476,12 +470,7 @@ fn apply_by_layer<M: Module>(
     let mut groups: BTreeMap<&str, Vec<PackTensor>> = BTreeMap::new();
     let names: Vec<String> = tensors.iter().map(|t| t.name.clone()).collect();
     for (tensor, name) in tensors.into_iter().zip(&names) {
-        // Each tensor of a layer stack apart; the rest together.
-        let key = if stack_item(name).is_empty() {
-            ""
-        } else {
-            name
-        };
+        let key = if in_stack(name) { name.as_str() } else { "" };
         groups.entry(key).or_default().push(tensor);
     }
     if groups.is_empty() {
@@ -511,21 +500,16 @@ fn apply_by_layer<M: Module>(
     merged.expect("at least one group is applied")
 }
 
-/// The layer-stack item of a module path: the path up to and including its first
-/// all-digit part (`decoder.layers.3` of `decoder.layers.3.mlp.up.weight`), or `""`
-/// outside any stack.
-fn stack_item(path: &str) -> &str {
-    let mut end = 0;
-    for part in path.split('.') {
-        end += part.len();
-        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
-            return &path[..end];
-        }
-        end += 1;
-    }
-    ""
+/// Whether a module path runs through a layer stack: one of its parts is a number (an
+/// item of a `Vec`).
+fn in_stack(path: &str) -> bool {
+    path.split('.')
+        .any(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// The first of `tensors` (name, shape, type as loaded) that takes more than `limit`
+/// bytes, the most one tensor may take on `backend`, as a sentence naming it. Quantized
+/// tensors are not counted: their blocks are stored apart from their scales.
 fn check_tensor_bytes<'a>(
     tensors: impl IntoIterator<Item = (&'a str, Vec<usize>, DType)>,
     limit: u64,

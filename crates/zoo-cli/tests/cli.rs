@@ -2719,7 +2719,8 @@ fn assert_holds_the_weights(what: &str, peak: u64, baseline: u64, weights: u64) 
 /// peaks less than 0.4 × the f32 weights above `zoo info` on the fixture on flex (0.29 ×
 /// seen; 0.53 × when each tensor read was copied once on its way and the model was
 /// applied whole), and `--quantize q4`, whose layers are packed two values to a byte
-/// one tensor at a time as they are read, below q8 (it peaked above q8 when they were
+/// one tensor at a time as they are read, below q8 (131 to 148 against 219 to 236 MiB
+/// seen; GPT-2 small, loaded alone, peaked higher at q4 than at q8 when the layers were
 /// packed after the whole file).
 /// Control: the same command without `--quantize` peaks more than 0.75 × the weights
 /// above it (0.98 × seen). On ndarray (which dequantizes each weight before its product)

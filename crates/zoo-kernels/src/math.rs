@@ -172,9 +172,19 @@ fn unpack_q4_body(out: &mut [i8], bytes: &[u8]) {
     }
 }
 
+/// `out[j] = q[2j]` in the low nibble and `q[2j + 1]` in the high one, each value's low
+/// four bits (a signed 4-bit value in two's complement): the inverse of [`unpack_q4`].
+#[inline(always)]
+fn pack_q4_body(out: &mut [u8], q: &[i8]) {
+    for (o, pair) in out.iter_mut().zip(q.chunks_exact(2)) {
+        *o = (pair[0] as u8 & 0x0F) | ((pair[1] as u8) << 4);
+    }
+}
+
 multiversion!(axpy_blocks => axpy_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], x: f32, bn: usize));
 multiversion!(scale_blocks => scale_blocks_body(out: &mut [f32], q: &[i8], scales: &[f32], bn: usize));
 multiversion!(unpack_q4 => unpack_q4_body(out: &mut [i8], bytes: &[u8]));
+multiversion!(pack_q4 => pack_q4_body(out: &mut [u8], q: &[i8]));
 
 /// Lanes of the reductions: eight partial sums, added at the end, so that the compiler
 /// keeps them in one vector register.

@@ -49,6 +49,10 @@ pub trait QuantLinearOps: Backend {
     ) -> FloatTensor<Self>;
     /// `w` with its values held in memory of their own length ([`compact`]).
     fn quantized_compact(w: QuantizedTensor<Self>) -> QuantizedTensor<Self>;
+    /// The 2-D 4-bit weight `w` `[K, N]` as [`PackedQ4`] holds it: `values` `[K, N / 2]`
+    /// bytes, two values each, and `scales` `[K / bk, N / bn]` f32, read from `w`'s own
+    /// store ([`pack_q4`] checks the scheme first).
+    fn quantized_pack_q4(w: QuantizedTensor<Self>) -> (IntTensor<Self>, FloatTensor<Self>);
 }
 
 /// `weight` with its quantized values held in an allocation of their length: the same
@@ -260,6 +264,34 @@ pub fn pack_q4(weight: &Tensor<2>) -> Option<(Tensor<2>, PackedQ4)> {
         return None;
     }
     let device = weight.device();
+    let (values, scales) = if crate::on_flex(weight) && !device.is_autodiff() {
+        // Straight from flex's store: no copy of the values one to a byte.
+        use burn::backend::Dispatch;
+        let (values, scales) = Dispatch::quantized_pack_q4(weight.clone().into_dispatch());
+        (
+            Tensor::<2, Int>::from_dispatch(values),
+            Tensor::<2>::from_dispatch(scales),
+        )
+    } else {
+        pack_q4_on_host(weight, [k / bk, n / bn])
+    };
+    Some((
+        packed_base([k, n], &device),
+        PackedQ4 {
+            values: Param::initialized(ParamId::new(), values),
+            scales: Param::initialized(ParamId::new(), scales),
+        },
+    ))
+}
+
+/// [`pack_q4`]'s values and scales (`[sk, sn]`) through the weight's data, for the
+/// backends other than flex.
+fn pack_q4_on_host(weight: &Tensor<2>, [sk, sn]: [usize; 2]) -> (Tensor<2, Int>, Tensor<2>) {
+    let DType::QFloat(scheme) = weight.dtype() else {
+        unreachable!("pack_q4 takes quantized weights only");
+    };
+    let [k, n] = weight.dims();
+    let device = weight.device();
     let data = weight.to_data();
     let shape = data.shape().clone();
     let (q, scales) = QuantizedBytes {
@@ -268,23 +300,15 @@ pub fn pack_q4(weight: &Tensor<2>) -> Option<(Tensor<2>, PackedQ4)> {
         shape,
     }
     .into_vec_i8();
-    let packed: Vec<u8> = q
-        .chunks_exact(2)
-        .map(|pair| (pair[0] as u8 & 0x0F) | ((pair[1] as u8) << 4))
-        .collect();
+    let mut packed = vec![0u8; k * n / 2];
+    crate::math::pack_q4(&mut packed, &q);
     let values =
         Tensor::<2, Int>::from_data(TensorData::new(packed, [k, n / 2]), (&device, DType::U8));
     let scales = Tensor::<2>::from_data(
-        TensorData::new(scales.block, [k / bk, n / bn]),
+        TensorData::new(scales.block, [sk, sn]),
         (&device, DType::F32),
     );
-    Some((
-        packed_base([k, n], &device),
-        PackedQ4 {
-            values: Param::initialized(ParamId::new(), values),
-            scales: Param::initialized(ParamId::new(), scales),
-        },
-    ))
+    (values, scales)
 }
 
 /// `x · W + bias` for the packed weight `W` of `packed`, `x` `[M, K]`: [`linear`] on the
@@ -366,6 +390,29 @@ mod flex {
 
         fn quantized_compact(w: FlexQTensor) -> FlexQTensor {
             compact_values(w)
+        }
+
+        fn quantized_pack_q4(w: FlexQTensor) -> (FlexTensor, FlexTensor) {
+            let weight = Packed::of(&w).expect("pack_q4 checked the weight's scheme");
+            let (k, n) = (weight.k, weight.n);
+            let q = weight
+                .values
+                .as_slice::<i8>()
+                .expect("contiguous i8 values");
+            // Allocated at its length: a byte for two values.
+            let mut packed = vec![0u8; k * n / 2];
+            crate::math::pack_q4(&mut packed, q);
+            let values = FlexTensor::new(
+                Bytes::from_elems(packed),
+                Layout::contiguous(Shape::new([k, n / 2])),
+                DType::U8,
+            );
+            let scales = FlexTensor::new(
+                Bytes::from_elems(weight.scales.to_vec()),
+                Layout::contiguous(Shape::new([k / weight.bk, n / weight.bn])),
+                DType::F32,
+            );
+            (values, scales)
         }
     }
 
@@ -693,6 +740,14 @@ mod tests {
                 k * n / 2 + 4 * scales,
                 "{k} x {n} {block:?}"
             );
+            // Flex packs from its own store; the host path, through the data, agrees.
+            let (values, scales) = super::pack_q4_on_host(&wq, packed.scales.val().dims());
+            assert_eq!(
+                packed.values.val().into_data().as_bytes(),
+                values.into_data().as_bytes(),
+                "{k} x {n} {block:?}: the packed values"
+            );
+            assert_eq!(host(packed.scales.val()), host(scales));
             let back = packed.quantized();
             assert_eq!(back.dtype(), wq.dtype());
             assert_eq!(back.to_data().as_bytes(), wq.to_data().as_bytes());

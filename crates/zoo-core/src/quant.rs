@@ -473,63 +473,226 @@ pub(crate) fn quantize_f32_as_flex(
     shape: &[usize],
     scheme: &QuantScheme,
 ) -> Option<burn::tensor::TensorData> {
+    if values.len() != shape.iter().product::<usize>() {
+        return None;
+    }
+    let read = |start: usize, out: &mut [f32]| {
+        out.copy_from_slice(&values[start..start + out.len()]);
+        Ok::<(), std::convert::Infallible>(())
+    };
+    match quantize_f32_as_flex_by_parts(shape, scheme, false, PART_VALUES, read) {
+        Ok(quantized) => quantized,
+        Err(never) => match never {},
+    }
+}
+
+/// The f32 values that [`quantize_f32_as_flex_by_parts`] reads at a time, at most: 1 MiB
+/// (one row, or when transposed one block of rows, where that is more).
+pub(crate) const PART_VALUES: usize = 1 << 18;
+
+/// [`quantize_f32_as_flex`] of a weight of `shape` whose f32 values are read a part at a
+/// time, about `part` values each, so that its f32 values are never held whole: a weight
+/// quantized as it is read from a file holds its quantized bytes and one part.
+///
+/// `read(start, out)` fills `out` with the stored values from flat index `start` on. They
+/// are stored row-major in `shape`, or, when `transposed` (a 2-D weight `[k, n]` stored
+/// `[n, k]`, as PyTorch's `nn.Linear` stores it), row-major in the reversed shape; each
+/// part is then whole blocks of stored rows, turned in memory. A scheme of one scale per
+/// tensor reads the values twice, its range first.
+///
+/// # Errors
+/// What `read` returns.
+pub(crate) fn quantize_f32_as_flex_by_parts<E>(
+    shape: &[usize],
+    scheme: &QuantScheme,
+    transposed: bool,
+    part: usize,
+    mut read: impl FnMut(usize, &mut [f32]) -> Result<(), E>,
+) -> Result<Option<burn::tensor::TensorData>, E> {
+    let total: usize = shape.iter().product();
     if scheme.store != QuantStore::Native
         || scheme.scale_dtype() != ScaleDtype::F32
         || burn::tensor::quantization::global_scale_dtype(scheme).is_some()
         || !matches!(scheme.value, QuantValue::Q8S | QuantValue::Q4S)
-        || values.len() != shape.iter().product::<usize>()
-        || values.is_empty()
+        || total == 0
+        || (transposed && shape.len() != 2)
     {
-        return None;
+        return Ok(None);
     }
+    let Some(&cols) = shape.last() else {
+        return Ok(None);
+    };
+    let rows = total / cols;
+    // Values per scale along a row; `None`: one scale for the tensor.
     let run = match scheme.block_size() {
-        None => values.len(),
+        None => None,
         Some(block) => {
             let dims = block.to_dim_vec(shape.len());
-            let (&last, outer) = dims.split_last()?;
-            let width = *shape.last()?;
+            let Some((&last, outer)) = dims.split_last() else {
+                return Ok(None);
+            };
             let last = usize::from(last);
-            if outer.iter().any(|&d| d != 1) || last == 0 || width % last != 0 {
-                return None;
+            if outer.iter().any(|&d| d != 1) || last == 0 || cols % last != 0 {
+                return Ok(None);
             }
-            last
+            Some(last)
         }
     };
     let (a, b) = scheme.value.range();
-    let mut quantized = Vec::with_capacity(values.len());
-    let mut scales = Vec::with_capacity(values.len() / run);
-    for block in values.chunks_exact(run) {
+    // The stored layout, and its rows read at a time: whole blocks of them when each
+    // stored row is a column of the weight.
+    let (stored_rows, stored_cols) = if transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    let unit = match (transposed, run) {
+        (true, Some(block)) => block,
+        _ => 1,
+    };
+    let per_part = (part / stored_cols / unit).max(1) * unit;
+    let mut buf = vec![0f32; per_part.min(stored_rows) * stored_cols];
+    let parts = (0..stored_rows).step_by(per_part);
+    // One scale per tensor: its range first, over every part.
+    let tensor_scale = if run.is_none() {
         let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
-        for &x in block {
-            if !x.is_finite() {
-                return None;
+        for r0 in parts.clone() {
+            let values = &mut buf[..(per_part.min(stored_rows - r0)) * stored_cols];
+            read(r0 * stored_cols, values)?;
+            if !min_max(values, &mut min, &mut max) {
+                return Ok(None);
             }
-            min = min.min(x);
-            max = max.max(x);
         }
-        let (min_abs, max_abs) = (min.abs(), max.abs());
-        let alpha = if min_abs < max_abs { max_abs } else { min_abs };
-        let scale = alpha * 2.0 / (b - a);
-        let scale = if scale > 0.0 && scale.is_finite() {
-            scale
+        Some(flex_scale(min, max, a, b))
+    } else {
+        None
+    };
+    let dtype = DType::QFloat(*scheme);
+    let len = burn::tensor::quantization::quantized_data_len(
+        scheme,
+        &burn::tensor::Shape::from(shape.to_vec()),
+    );
+    let blocks = run.map_or(1, |r| total / r);
+    let scales_at = len - 4 * blocks;
+    let mut bytes = crate::checkpoint::memory::buffer(len);
+    let (values_out, scales_out) = bytes.split_at_mut(scales_at);
+    let mut turned = if transposed { buf.clone() } else { Vec::new() };
+    for r0 in parts {
+        let n_rows = per_part.min(stored_rows - r0);
+        let values = &mut buf[..n_rows * stored_cols];
+        read(r0 * stored_cols, values)?;
+        // As segments of the weight's rows: (values, flat index of the first).
+        let ok = if transposed {
+            // Stored rows r0.. are the weight's columns r0..: turned to `[rows, n_rows]`.
+            let turned = &mut turned[..n_rows * rows];
+            for (c, column) in values.chunks_exact(rows).enumerate() {
+                for (r, &x) in column.iter().enumerate() {
+                    turned[r * n_rows + c] = x;
+                }
+            }
+            turned.chunks_exact(n_rows).enumerate().all(|(r, segment)| {
+                quantize_segment(
+                    segment,
+                    r * cols + r0,
+                    run,
+                    tensor_scale,
+                    (a, b),
+                    values_out,
+                    scales_out,
+                )
+            })
         } else {
-            f32::MIN_POSITIVE
+            quantize_segment(
+                values,
+                r0 * cols,
+                run,
+                tensor_scale,
+                (a, b),
+                values_out,
+                scales_out,
+            )
         };
-        let inv_scale = 1.0 / scale;
-        quantized.extend(
-            block
-                .iter()
-                .map(|&x| (x * inv_scale).round().clamp(a, b) as i8),
-        );
-        scales.push(scale);
+        if !ok {
+            return Ok(None);
+        }
     }
-    Some(burn::tensor::TensorData::quantized(
-        quantized,
+    if let Some(scale) = tensor_scale {
+        scales_out[..4].copy_from_slice(&scale.to_ne_bytes());
+    }
+    drop(turned);
+    drop(buf);
+    Ok(Some(burn::tensor::TensorData::from_bytes(
+        bytes,
         shape.to_vec(),
-        *scheme,
-        &scales,
-        None,
-    ))
+        dtype,
+    )))
+}
+
+/// Folds `values` into the running `min` and `max`; `false` at a value that is not finite.
+fn min_max(values: &[f32], min: &mut f32, max: &mut f32) -> bool {
+    for &x in values {
+        if !x.is_finite() {
+            return false;
+        }
+        *min = min.min(x);
+        *max = max.max(x);
+    }
+    true
+}
+
+/// Flex's symmetric scale of a range `[min, max]` over the values `[a, b]`.
+fn flex_scale(min: f32, max: f32, a: f32, b: f32) -> f32 {
+    let (min_abs, max_abs) = (min.abs(), max.abs());
+    let alpha = if min_abs < max_abs { max_abs } else { min_abs };
+    let scale = alpha * 2.0 / (b - a);
+    if scale > 0.0 && scale.is_finite() {
+        scale
+    } else {
+        f32::MIN_POSITIVE
+    }
+}
+
+/// `segment`, the weight's values from flat index `at` on, quantized into `values` (one
+/// byte each, at their flat index) with, per block of `run` (whole blocks), a scale of
+/// its own written into `scales` (f32 bytes, at the block's index), or `tensor_scale`.
+/// `false` at a value that is not finite.
+fn quantize_segment(
+    segment: &[f32],
+    at: usize,
+    run: Option<usize>,
+    tensor_scale: Option<f32>,
+    (a, b): (f32, f32),
+    values: &mut [u8],
+    scales: &mut [u8],
+) -> bool {
+    let quantize = |block: &[f32], out: &mut [u8], scale: f32| {
+        let inv_scale = 1.0 / scale;
+        for (o, &x) in out.iter_mut().zip(block) {
+            *o = (x * inv_scale).round().clamp(a, b) as i8 as u8;
+        }
+    };
+    let out = &mut values[at..at + segment.len()];
+    match (run, tensor_scale) {
+        (Some(run), _) => {
+            for (j, (block, out)) in segment
+                .chunks_exact(run)
+                .zip(out.chunks_exact_mut(run))
+                .enumerate()
+            {
+                let (mut min, mut max) = (f32::INFINITY, f32::NEG_INFINITY);
+                if !min_max(block, &mut min, &mut max) {
+                    return false;
+                }
+                let scale = flex_scale(min, max, a, b);
+                quantize(block, out, scale);
+                let index = at / run + j;
+                scales[4 * index..4 * index + 4].copy_from_slice(&scale.to_ne_bytes());
+            }
+        }
+        (None, Some(scale)) => quantize(segment, out, scale),
+        (None, None) => unreachable!("one scale per tensor is computed first"),
+    }
+    true
 }
 
 /// The bytes a tensor of `dtype` and `shape` takes as its backend stores it.
@@ -773,6 +936,83 @@ mod tests {
         nan[3] = f32::NAN;
         let q8 = base.per_block([32], ScaleDtype::F32);
         assert!(quantize_f32_as_flex(&nan, &[k, n], &q8).is_none());
+    }
+
+    /// A weight quantized a part at a time equals it quantized whole, byte for byte:
+    /// stored as it is, and stored transposed (each part turned in memory), in parts of
+    /// one row or block to more than the whole, per block and per tensor (its range read
+    /// first, over every part). A value that is not finite gives `None`, as it does whole,
+    /// and a failed read is passed on.
+    #[test]
+    fn quantizing_by_parts_equals_quantizing_whole() {
+        let (k, n) = (6, 64);
+        let values: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0)
+            .collect();
+        // Stored `[n, k]`.
+        let turned: Vec<f32> = (0..n * k).map(|i| values[(i % k) * n + i / k]).collect();
+        let base = QuantScheme::default().with_store(QuantStore::Native);
+        let by_parts = |stored: &[f32], scheme: &QuantScheme, transposed: bool, part: usize| {
+            let mut reads = 0;
+            let quantized = quantize_f32_as_flex_by_parts(
+                &[k, n],
+                scheme,
+                transposed,
+                part,
+                |start: usize, out: &mut [f32]| {
+                    reads += 1;
+                    out.copy_from_slice(&stored[start..start + out.len()]);
+                    Ok::<(), String>(())
+                },
+            );
+            (quantized.unwrap(), reads)
+        };
+        for value in [QuantValue::Q8S, QuantValue::Q4S] {
+            for block in [None, Some(16), Some(32)] {
+                let scheme = match block {
+                    Some(b) => base.with_value(value).per_block([b], ScaleDtype::F32),
+                    None => base.with_value(value).per_tensor(ScaleDtype::F32),
+                };
+                let whole = quantize_f32_as_flex(&values, &[k, n], &scheme).unwrap();
+                for part in [1, 70, 200, 1 << 20] {
+                    for (stored, transposed) in [(&values, false), (&turned, true)] {
+                        let (got, reads) = by_parts(stored, &scheme, transposed, part);
+                        let got = got.unwrap();
+                        assert_eq!(got.dtype(), whole.dtype());
+                        assert_eq!(
+                            got.as_bytes(),
+                            whole.as_bytes(),
+                            "{value:?} {block:?} parts of {part}, transposed {transposed}"
+                        );
+                        // Parts of a row (or a block of stored rows) at the least.
+                        let stored_rows = if transposed { n } else { k };
+                        let unit = if transposed {
+                            block.map_or(1, usize::from)
+                        } else {
+                            1
+                        };
+                        let per_part = (part / (k * n / stored_rows) / unit).max(1) * unit;
+                        let passes = if block.is_none() { 2 } else { 1 };
+                        assert_eq!(
+                            reads,
+                            passes * stored_rows.div_ceil(per_part),
+                            "{value:?} {block:?} {part} {transposed}"
+                        );
+                    }
+                }
+            }
+        }
+        let q8 = base
+            .with_value(QuantValue::Q8S)
+            .per_block([32], ScaleDtype::F32);
+        assert!(by_parts(&turned, &q8, true, 64).0.is_some());
+        let mut nan = turned.clone();
+        nan[77] = f32::NAN;
+        assert!(by_parts(&nan, &q8, true, 64).0.is_none());
+        let failed = quantize_f32_as_flex_by_parts(&[k, n], &q8, false, 64, |_, _| {
+            Err("disk gone".to_string())
+        });
+        assert_eq!(failed.unwrap_err(), "disk gone");
     }
 
     /// Each store's bytes, worked by hand: 64 x 96 values, blocks of 32 (192 f32 scales,

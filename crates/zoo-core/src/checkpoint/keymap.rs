@@ -301,6 +301,23 @@ pub(super) struct HfAdapter {
     direction: Direction,
 }
 
+impl HfAdapter {
+    /// Whether it transposes `tensor`, a `Linear` weight in `ctx` as it comes from the
+    /// file: loading, for a weight that the key map does not name as stored `[in, out]`.
+    pub(super) fn transposes_linear_weight(
+        &self,
+        tensor: &PackTensor,
+        ctx: &ModuleContext<'_>,
+    ) -> bool {
+        matches!(self.direction, Direction::ToBurn)
+            && ctx.module_type() == Some("Struct:Linear")
+            && tensor.name.ends_with(".weight")
+            && tensor.shape.num_dims() == 2
+            && !self.scalars.iter().any(|re| re.is_match(&tensor.name))
+            && !self.untransposed.iter().any(|re| re.is_match(&tensor.name))
+    }
+}
+
 impl ModuleAdapter for HfAdapter {
     fn adapt(&self, tensor: PackTensor, ctx: ModuleContext<'_>) -> PackTensor {
         // `tensor.name` is the module path here.

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use burn::module::Module;
+use burn::store::burn_pack::Error as PackError;
 use burn::store::{ApplyError, ModuleSnapshot};
 use burn::tensor::{DType, TensorData};
 
@@ -66,6 +67,17 @@ pub fn quantized_while_loading<T>(options: &QuantOptions, f: impl FnOnce() -> T)
     }
     let _reset = Reset(QUANTIZE.with(|q| q.replace(Some(*options))));
     f()
+}
+
+thread_local! {
+    static BY_PARTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many weights this thread has quantized as read a part at a time: what tests read
+/// to tell that a weight's f32 values were not read whole.
+#[cfg(test)]
+pub(super) fn quantized_by_parts() -> usize {
+    BY_PARTS.with(std::cell::Cell::get)
 }
 
 /// The family's adapter, then the linear weights of the layer stacks quantized as they
@@ -130,6 +142,7 @@ impl QuantizeOnLoad {
 
 impl burn::store::ModuleAdapter for QuantizeOnLoad {
     fn adapt(&self, tensor: PackTensor, ctx: burn::store::ModuleContext<'_>) -> PackTensor {
+        let transposed = self.inner.transposes_linear_weight(&tensor, &ctx);
         let tensor = self.inner.adapt(tensor, ctx);
         if !self.takes(&tensor, &ctx) {
             return tensor;
@@ -149,8 +162,47 @@ impl burn::store::ModuleAdapter for QuantizeOnLoad {
             }
             _ => None,
         };
-        burn::store::bridge::deferred(name, self.dtype, shape, id, move || {
-            let data = burn::store::bridge::to_data(&tensor)?;
+        burn::store::bridge::deferred(name, self.dtype, shape.clone(), id, move || {
+            let draw = || burn::store::bridge::to_data(&tensor);
+            let data = match on_flex {
+                // The f32 values of a safetensors file read a part at a time, so that
+                // the weight's f32 values are never held whole.
+                Some(target) if tensor.dtype == DType::F32 => {
+                    match super::safetensors_file::read_raw(draw)? {
+                        Ok(data) => data,
+                        Err(raw) => {
+                            let stored: Vec<usize> = if transposed {
+                                shape.iter().rev().copied().collect()
+                            } else {
+                                shape.to_vec()
+                            };
+                            let quantized = (raw.shape == stored)
+                                .then(|| {
+                                    crate::quant::quantize_f32_as_flex_by_parts(
+                                        &shape.to_vec(),
+                                        &target,
+                                        transposed,
+                                        crate::quant::PART_VALUES,
+                                        |start, out| raw.read(start, out),
+                                    )
+                                })
+                                .transpose()
+                                .map_err(|e| PackError::IoError(e.to_string()))?
+                                .flatten();
+                            match quantized {
+                                Some(quantized) => {
+                                    BY_PARTS.with(|n| n.set(n.get() + 1));
+                                    return Ok(quantized);
+                                }
+                                // A value that is not finite, or a layout not foreseen: read
+                                // whole, as any other file is.
+                                None => draw()?,
+                            }
+                        }
+                    }
+                }
+                _ => draw()?,
+            };
             if let Some(target) = on_flex
                 && let Ok(values) = data.as_slice::<f32>()
                 && let Some(quantized) =

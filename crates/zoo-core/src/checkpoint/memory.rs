@@ -120,7 +120,7 @@ impl Drop for Reading {
 /// instead of 4 KiB (reading GPT-2 small took 2.6 × as long with small pages). The
 /// partial pages at either end stay small, so nothing beyond the buffer becomes
 /// resident. The advice is advice only: where the kernel refuses it, nothing changes.
-pub(super) fn buffer(size: usize) -> Bytes {
+pub(crate) fn buffer(size: usize) -> Bytes {
     let mut bytes = empty(size);
     static ZEROES: [u8; 1 << 16] = [0; 1 << 16];
     while bytes.len() < size {

@@ -32,7 +32,7 @@ mod error;
 mod generation;
 mod keymap;
 mod load;
-mod memory;
+pub(crate) mod memory;
 pub mod peft;
 mod safetensors_file;
 pub use safetensors_file::from_bytes as safetensors_from_bytes;

@@ -192,6 +192,15 @@ fn parse(
                 Shape::from(entry.shape),
                 None,
                 move || {
+                    if dtype == DType::F32
+                        && hand_over(|| RawF32 {
+                            source: source.clone(),
+                            offset,
+                            shape: shape.clone(),
+                        })
+                    {
+                        return Err(PackError::ValidationError(HANDED_OVER.into()));
+                    }
                     let mut bytes = super::memory::buffer(size);
                     source
                         .read_at(&mut bytes, offset)
@@ -219,6 +228,80 @@ fn parse(
         )));
     }
     Ok(out)
+}
+
+/// An f32 tensor of a safetensors file, unread: its values are read a range at a time
+/// ([`Self::read`]) by a caller that never holds them whole ([`read_raw`]).
+pub(crate) struct RawF32 {
+    source: Source,
+    /// Of its first byte in the file.
+    offset: u64,
+    /// As stored.
+    pub(crate) shape: Vec<usize>,
+}
+
+impl RawF32 {
+    /// Fills `out` with the stored values from flat index `start` on.
+    ///
+    /// # Errors
+    /// The file's, for a read that fails.
+    pub(crate) fn read(&self, start: usize, out: &mut [f32]) -> std::io::Result<()> {
+        let mut bytes = vec![0u8; out.len() * 4];
+        self.source
+            .read_at(&mut bytes, self.offset + start as u64 * 4)?;
+        for (x, b) in out.iter_mut().zip(bytes.as_chunks::<4>().0) {
+            *x = f32::from_le_bytes(*b);
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// `Some` while [`read_raw`] asks; `Some(Some(_))` once a tensor handed itself over.
+    static RAW: std::cell::RefCell<Option<Option<RawF32>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What a tensor handed over to [`read_raw`] gives in place of its data.
+const HANDED_OVER: &str = "handed over unread";
+
+/// Runs `draw` (which draws a tensor's data) with the f32 tensor of a safetensors file
+/// that it reaches first handing itself over unread, in place of reading its values:
+/// `Err(raw)` then, else `Ok` of what `draw` gave. Adapters between the tensor and the
+/// caller (a rename, a transpose) are skipped with the data: the caller reads the values
+/// in the stored layout. Tensors of other files and types are read as usual.
+///
+/// # Errors
+/// What `draw` returns, when nothing was handed over.
+pub(crate) fn read_raw(
+    draw: impl FnOnce() -> Result<TensorData, PackError>,
+) -> Result<Result<TensorData, RawF32>, PackError> {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            RAW.with(|r| r.borrow_mut().take());
+        }
+    }
+    let _reset = Reset;
+    RAW.with(|r| *r.borrow_mut() = Some(None));
+    let drawn = draw();
+    match RAW.with(|r| r.borrow_mut().take()).flatten() {
+        Some(raw) => Ok(Err(raw)),
+        None => drawn.map(Ok),
+    }
+}
+
+/// Whether a [`read_raw`] asks for a tensor; if so, `raw` is handed to it.
+fn hand_over(raw: impl FnOnce() -> RawF32) -> bool {
+    RAW.with(|r| {
+        let mut slot = r.borrow_mut();
+        match &*slot {
+            Some(None) => {
+                *slot = Some(Some(raw()));
+                true
+            }
+            _ => false,
+        }
+    })
 }
 
 /// Values read at a time when narrowing: 1 MiB of f32.

@@ -202,6 +202,77 @@ fn f16_and_bf16_tensors_are_cast_to_the_module_float_type() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Linear weights of a layer stack quantized as they are read from an f32 safetensors
+/// file are read a part at a time (not whole, then quantized), stored
+/// `[out, in]` as PyTorch's `nn.Linear` stores them or `[in, out]`, and hold the bytes
+/// that quantizing the loaded f32 weight gives, at 8 and 4 bits, per block and per tensor.
+#[test]
+fn weights_quantized_as_read_by_parts_equal_weights_quantized_after() {
+    use crate::{QuantBits, QuantOptions};
+    use burn::module::Module;
+    use burn::nn::{Linear, LinearConfig};
+
+    #[derive(Module, Debug)]
+    struct Stack {
+        layers: Vec<Linear>,
+    }
+    let device = burn::tensor::Device::flex();
+    let init = || Stack {
+        layers: vec![
+            LinearConfig::new(48, 64).with_bias(false).init(&device),
+            LinearConfig::new(64, 96).with_bias(false).init(&device),
+        ],
+    };
+    // Weights in Burn's layout `[in, out]`, values spread over two magnitudes.
+    let weight = |k: usize, n: usize, seed: usize| -> Vec<f32> {
+        (0..k * n)
+            .map(|i| {
+                (((i + seed) * 7919 % 1013) as f32 - 506.0) / if i % 5 == 0 { 9.0 } else { 97.0 }
+            })
+            .collect()
+    };
+    let (w0, w1) = (weight(48, 64, 1), weight(64, 96, 2));
+    // Layer 0 stored `[out, in]` (turned as it loads), layer 1 `[in, out]` as it is.
+    let turned: Vec<f32> = (0..64 * 48).map(|i| w0[(i % 48) * 64 + i / 48]).collect();
+    let le = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let dir = scratch("by-parts");
+    write_safetensors(
+        &dir.join("model.safetensors"),
+        &[
+            ("layers.0.weight", "F32", &[64, 48], le(&turned)),
+            ("layers.1.weight", "F32", &[64, 96], le(&w1)),
+        ],
+    );
+    let map = KeyMap::new().untransposed(r"^layers\.1\.");
+    for options in [
+        QuantOptions::per_block(QuantBits::Q8, 32),
+        QuantOptions::per_block(QuantBits::Q4, 32),
+        QuantOptions::per_tensor(QuantBits::Q8),
+    ] {
+        let scheme = crate::quant::scheme(&options, &device).unwrap();
+        let mut model = init();
+        let before = super::load::quantized_by_parts();
+        quantized_while_loading(&options, || load_into(&mut model, &dir, &map)).unwrap();
+        assert_eq!(
+            super::load::quantized_by_parts() - before,
+            2,
+            "{options}: both weights read by parts"
+        );
+        for (layer, (w, k, n)) in model.layers.iter().zip([(&w0, 48, 64), (&w1, 64, 96)]) {
+            let f32_weight = burn::tensor::Tensor::<2>::from_data(
+                burn::tensor::TensorData::new(w.clone(), [k, n]),
+                &device,
+            );
+            let want = crate::quant::quantize_tensor(f32_weight, &scheme).into_data();
+            let got = layer.weight.val().into_data();
+            assert_eq!(got.dtype(), want.dtype(), "{options}");
+            assert_eq!(got.shape(), want.shape(), "{options}");
+            assert_eq!(got.as_bytes(), want.as_bytes(), "{options} [{k}, {n}]");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An index whose shard climbs out of the folder is refused before anything is read.
 #[test]
 fn a_shard_outside_the_folder_is_refused() {

@@ -4,7 +4,7 @@
 //! The zoo's programs allocate through mimalloc (feature `mimalloc`). Left as it is,
 //! mimalloc puts each tensor read into its arenas, which are committed ahead and marked
 //! for transparent huge pages, so a tensor's last 2 MiB page is resident whole; and it
-//! returns freed memory to the OS only after a delay (10 ms, times 10 for arenas), so the
+//! returns freed memory to the OS only after a delay (1 s in mimalloc 3), so the
 //! buffers that a backend copies from and drops (libtorch copies every tensor into its
 //! own memory) stay resident while the next ones are read. Measured on GPT-2 small
 //! (`docs/precision.md`, rows 4a to 4e): resident memory added while loading was 1.13 to
@@ -21,7 +21,11 @@
 //! for the same bytes allocated); a buffer the
 //! reader fills is marked for huge pages over its whole 2 MiB pages only ([`buffer`]),
 //! so that reading faults in 2 MiB at a time as the arenas did, with no page beyond the
-//! buffer's end. The allocator's arenas are kept for everything else: unmapping each large
+//! buffer's end. It also gives freed memory back at once rather than after its delay:
+//! with the delay, whether the copies dropped while weights are quantized and packed
+//! were given back before the peak was a matter of timing, and GPT-2 small quantized to
+//! 4 bits as read added 1.10 to 1.15 × its weights from run to run; at once, 1.12 × in
+//! each of four runs. The allocator's arenas are kept for everything else: unmapping each large
 //! temporary of a forward pass as it is freed made GPT-2's forward 30 to 45 % slower.
 //!
 //! Without the feature (a library user's own allocator) the setting and the advice are
@@ -30,7 +34,7 @@
 use burn::tensor::Bytes;
 
 /// While alive, mimalloc's pages larger than [`DIRECT_KIB`] are mapped from the OS apart
-/// from its arenas, and given back when emptied. Nested and concurrent readings share the
+/// from its arenas, and given back when emptied; freed memory is given back with no delay. Nested and concurrent readings share the
 /// setting; the last one to end restores what the program had.
 pub(super) struct Reading(());
 
@@ -50,11 +54,15 @@ mod imp {
     /// object, in KiB, that its arenas take; 2 GiB by default). The version is checked
     /// before the option is set ([`MAJOR`]), and a test reads its default.
     pub(super) const ARENA_MAX_OBJECT_SIZE: c_int = 45;
+    /// `mi_option_purge_delay` (milliseconds before freed memory is given back; 1000 by
+    /// default, 0 for at once), checked as [`ARENA_MAX_OBJECT_SIZE`] is.
+    pub(super) const PURGE_DELAY: c_int = 15;
     /// The major version whose option numbering [`ARENA_MAX_OBJECT_SIZE`] follows.
     pub(super) const MAJOR: c_int = 3;
 
-    /// Readings in progress, and the program's own setting while there are any.
-    pub(super) static STATE: Mutex<(usize, c_long)> = Mutex::new((0, 0));
+    /// Readings in progress, and the program's own settings (the largest arena object,
+    /// the purge delay) while there are any.
+    pub(super) static STATE: Mutex<(usize, c_long, c_long)> = Mutex::new((0, 0, 0));
 
     pub(super) fn version() -> c_int {
         // SAFETY: `mi_version` reads a constant.
@@ -89,7 +97,9 @@ impl Reading {
             let mut state = imp::STATE.lock().unwrap_or_else(|e| e.into_inner());
             if state.0 == 0 {
                 state.1 = imp::get(imp::ARENA_MAX_OBJECT_SIZE);
+                state.2 = imp::get(imp::PURGE_DELAY);
                 imp::set(imp::ARENA_MAX_OBJECT_SIZE, DIRECT_KIB.min(state.1));
+                imp::set(imp::PURGE_DELAY, 0);
             }
             state.0 += 1;
         }
@@ -105,6 +115,7 @@ impl Drop for Reading {
             state.0 = state.0.saturating_sub(1);
             if state.0 == 0 {
                 imp::set(imp::ARENA_MAX_OBJECT_SIZE, state.1);
+                imp::set(imp::PURGE_DELAY, state.2);
             }
         }
     }
@@ -168,30 +179,40 @@ mod tests {
     use super::*;
     use burn::tensor::TensorData;
 
-    /// The option number is mimalloc 3's `arena_max_object_size`: its default is 2 GiB
-    /// in KiB, a value no neighbouring option has; a reading lowers it to 64 KiB,
-    /// nested readings keep it there, and the last one restores it.
+    /// The option numbers are mimalloc 3's `arena_max_object_size` and `purge_delay`:
+    /// their defaults are 2 GiB in KiB and 1000 ms, values their neighbouring options do
+    /// not have; a reading lowers them to 64 KiB and 0, nested readings keep them there,
+    /// and the last one restores them.
     #[test]
     fn a_reading_maps_large_objects_apart_and_restores_the_setting() {
         assert_eq!(imp::version() / 10_000, imp::MAJOR);
         let state = imp::STATE.lock().unwrap();
         let before = if state.0 == 0 {
-            imp::get(imp::ARENA_MAX_OBJECT_SIZE)
+            (
+                imp::get(imp::ARENA_MAX_OBJECT_SIZE),
+                imp::get(imp::PURGE_DELAY),
+            )
         } else {
-            state.1
+            (state.1, state.2)
         };
         drop(state);
-        assert_eq!(before, 2 << 20, "2 GiB in KiB");
+        assert_eq!(before, (2 << 20, 1000), "2 GiB in KiB, 1 s");
+        let reading = || {
+            (
+                imp::get(imp::ARENA_MAX_OBJECT_SIZE),
+                imp::get(imp::PURGE_DELAY),
+            )
+        };
         let outer = Reading::start();
-        assert_eq!(imp::get(imp::ARENA_MAX_OBJECT_SIZE), DIRECT_KIB);
+        assert_eq!(reading(), (DIRECT_KIB, 0));
         let inner = Reading::start();
         drop(outer);
-        assert_eq!(imp::get(imp::ARENA_MAX_OBJECT_SIZE), DIRECT_KIB);
+        assert_eq!(reading(), (DIRECT_KIB, 0));
         drop(inner);
-        // Another test's load may be reading now: the setting is back once none is.
+        // Another test's load may be reading now: the settings are back once none is.
         let state = imp::STATE.lock().unwrap();
         if state.0 == 0 {
-            assert_eq!(imp::get(imp::ARENA_MAX_OBJECT_SIZE), before);
+            assert_eq!(reading(), before);
         }
         drop(state);
         let buf = buffer((5 << 20) + 4);

@@ -1047,12 +1047,17 @@ fn precision_header(
          used, so its loading adds almost nothing until the first forward pass; it \
          converts (4c) as the zoo does. Rows 4f and 4g load the f32 file with `--quantize q8` \
          and `q4` (`AutoModel::from_pretrained_quantized`): each linear weight of the layer \
-         stacks is quantized as it is read (on flex, on the host, to flex's own values and \
-         scales), and applied one at a time, each held at its length and, at 4 bits, packed \
-         two values to a byte before the next is read; the figure is over the weights as they \
-         are then held (f32 embeddings, 8- or 4-bit layers with their scales). Until \
-         2026-12-06 the model was applied whole and packed after: 4f 1.28 ×, 4g 1.54 ×, \
-         and 1.22 × and 1.47 × allocated. `transformers` has no such load to run beside it. Rows 4a' to 4g' count what the zoo's \
+         stacks is quantized as it is read (on flex, read 1 MiB of f32 at a time, turned in \
+         memory where the file stores it `[out, in]`, and quantized on the host to flex's \
+         own values and scales, so that its f32 values are never held whole), and applied \
+         one at a time, each held at its length and, at 4 bits, packed two values to a byte \
+         from flex's own store before the next is read; while it reads, the allocator gives \
+         freed memory back at once. The figure is over the weights as they are then held \
+         (f32 embeddings, 8- or 4-bit layers with their scales). Until 2026-12-06 the model \
+         was applied whole and packed after (4f 1.28 ×, 4g 1.54 ×, and 1.22 × and 1.47 × \
+         allocated), and in the run before this one each weight was read whole and given \
+         back after the allocator's delay (4f 1.10 ×, 4g 1.18 ×, 1.06 × allocated at both). \
+         `transformers` has no such load to run beside it. Rows 4a' to 4g' count what the zoo's \
          program allocates (its counting allocator: the tensors and any copy on the way, \
          not the mapped file), on flex.\n- Method: {} round(s); in a round \
          the zoo's program runs once on each backend, then the PyTorch script once; each \

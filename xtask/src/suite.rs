@@ -1021,7 +1021,9 @@ fn precision_header(
          own path, which dequantizes the whole weight value by value (a block lookup with a \
          division per value) at every call. Burn's flex keeps 4-bit values one per byte; the \
          zoo packs them two to a byte (`zoo_kernels::quant::PackedQ4`) and its product \
-         unpacks one row of a panel at a time, so q4 weighs half of q8 there.\n- Rows 4a \
+         unpacks one row of a panel at a time, so q4 weighs half of q8 there. wgpu has no \
+         rows: this machine has no GPU, and wgpu runs on Mesa's software Vulkan \
+         (lavapipe), whose times would measure that emulation rather than a GPU.\n- Rows 4a \
          to 4e: loading a \
          checkpoint folder (random weights from seed 0, saved by `transformers`' \
          `save_pretrained` in f32 or f16 by `xtask/bench/write_checkpoint.py`) with \

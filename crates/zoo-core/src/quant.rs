@@ -1006,6 +1006,10 @@ mod tests {
             .with_value(QuantValue::Q8S)
             .per_block([32], ScaleDtype::F32);
         assert!(by_parts(&turned, &q8, true, 64).0.is_some());
+        // Negative control: the transposed store read as if it were not gives other bytes.
+        let whole = quantize_f32_as_flex(&values, &[k, n], &q8).unwrap();
+        let misread = by_parts(&turned, &q8, false, 64).0.unwrap();
+        assert_ne!(misread.as_bytes(), whole.as_bytes());
         let mut nan = turned.clone();
         nan[77] = f32::NAN;
         assert!(by_parts(&nan, &q8, true, 64).0.is_none());
